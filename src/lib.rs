@@ -1,63 +1,78 @@
-//! STUB: sequential stand-in with the final public contract. Replaced by the real pool.
-#![allow(missing_docs, clippy::new_without_default)]
-use std::fmt;
-use std::marker::PhantomData;
+//! # treepool
+//!
+//! A work-stealing thread pool for tree-shaped CPU work (recursive directory walks, divide and
+//! conquer, fan-out pipelines) that bounds not only threads but the jobs *started and not yet
+//! finished*, and so the memory they hold.
+//!
+//! Like rayon-core it has per-worker deques, [`join`], [`scope`]/[`Scope::spawn`], [`spawn`] and
+//! [`ThreadPool::install`], and a thread that waits never blocks: it runs other pending jobs.
+//! Unlike rayon, every job is admitted through a lock-free *lending token table* before it
+//! starts. There are `max_inflight` tokens; a job holds one for its whole run and lends it to one
+//! child at a time. So, for any tree shape:
+//!
+//! * at most `max_inflight` jobs execute at once;
+//! * at most `max_inflight × levels` jobs are in flight (admitted and unfinished), however wide
+//!   the tree: a loop spawning a million children waits in [`Scope::spawn`] for admission;
+//! * no tree deadlocks, even with `max_inflight = 1` on one thread.
+//!
+//! An un-stolen `join` touches no shared state: only a thief admits the second half.
+//!
+//! ```
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//!
+//! let pool = treepool::ThreadPoolBuilder::new()
+//!     .num_threads(2)
+//!     .max_inflight(4)
+//!     .build()
+//!     .unwrap();
+//! let files = AtomicUsize::new(0);
+//! pool.scope(|s| {
+//!     for _dir in 0..10 {
+//!         s.spawn(|s| {
+//!             for _file in 0..100 {
+//!                 s.spawn(|_| {
+//!                     let contents = vec![0u8; 1 << 16]; // held while the job runs
+//!                     files.fetch_add(contents.len().min(1), Ordering::Relaxed);
+//!                 });
+//!             }
+//!         });
+//!     }
+//! });
+//! assert_eq!(files.into_inner(), 1000);
+//! let stats = pool.stats();
+//! assert!(stats.peak_executing <= 4);
+//! assert!(stats.peak_inflight <= 4 * stats.peak_depth);
+//! assert_eq!(stats.inflight, 0);
+//! ```
+//!
+//! See `docs/guide.md` for choosing `max_inflight` and migrating from rayon, and
+//! `docs/design.md` for the design and the proofs.
 
-#[derive(Default)]
-pub struct ThreadPoolBuilder { threads: usize, cap: Option<usize> }
-impl ThreadPoolBuilder {
-    pub fn new() -> Self { Self::default() }
-    pub fn num_threads(mut self, n: usize) -> Self { self.threads = n; self }
-    pub fn max_inflight(mut self, cap: usize) -> Self { self.cap = Some(cap); self }
-    pub fn thread_name<F: FnMut(usize) -> String + 'static>(self, _f: F) -> Self { self }
-    pub fn stack_size(self, _bytes: usize) -> Self { self }
-    pub fn pin_threads(self, _pin: bool) -> Self { self }
-    pub fn build(self) -> Result<ThreadPool, BuildError> {
-        if self.cap == Some(0) { return Err(BuildError("max_inflight must be at least 1".into())); }
-        Ok(ThreadPool { threads: self.threads.max(1), cap: self.cap.unwrap_or(64) })
-    }
-    pub fn build_global(self) -> Result<(), BuildError> { Ok(()) }
-}
-#[derive(Debug)]
-pub struct BuildError(String);
-impl fmt::Display for BuildError { fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { f.write_str(&self.0) } }
-impl std::error::Error for BuildError {}
+#![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
-pub struct ThreadPool { threads: usize, cap: usize }
-impl ThreadPool {
-    pub fn install<OP: FnOnce() -> R + Send, R: Send>(&self, op: OP) -> R { op() }
-    pub fn join<A, B, RA, RB>(&self, a: A, b: B) -> (RA, RB)
-    where A: FnOnce() -> RA + Send, B: FnOnce() -> RB + Send, RA: Send, RB: Send { (a(), b()) }
-    pub fn scope<'scope, OP, R>(&self, op: OP) -> R
-    where OP: FnOnce(&Scope<'scope>) -> R + Send, R: Send { scope(op) }
-    pub fn spawn<F: FnOnce() + Send + 'static>(&self, f: F) { f() }
-    pub fn current_num_threads(&self) -> usize { self.threads }
-    pub fn max_inflight(&self) -> usize { self.cap }
-    pub fn stats(&self) -> Stats { Stats::default() }
-}
-pub struct Scope<'scope> { _m: PhantomData<&'scope ()> }
-impl<'scope> Scope<'scope> {
-    pub fn spawn<F: FnOnce(&Scope<'scope>) + Send + 'scope>(&self, f: F) { f(self) }
-}
-pub fn join<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
-where A: FnOnce() -> RA + Send, B: FnOnce() -> RB + Send, RA: Send, RB: Send { (a(), b()) }
-pub fn scope<'scope, OP, R>(op: OP) -> R
-where OP: FnOnce(&Scope<'scope>) -> R + Send, R: Send { op(&Scope { _m: PhantomData }) }
-pub fn spawn<F: FnOnce() + Send + 'static>(f: F) { f() }
-pub fn current_thread_index() -> Option<usize> { None }
-pub fn current_num_threads() -> usize { 1 }
+mod builder;
+mod job;
+mod join;
+mod latch;
+mod pool;
+mod registry;
+mod scope;
+mod sleep;
+mod stats;
+mod sync;
+mod token;
 
-#[non_exhaustive]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Stats {
-    pub inflight: usize,
-    pub peak_inflight: usize,
-    pub executing: usize,
-    pub peak_executing: usize,
-    pub tokens_in_use: usize,
-    pub peak_depth: usize,
-    pub admitted_on_loan: u64,
-    pub admitted_from_pool: u64,
-    pub admission_waits: u64,
-    pub steals: u64,
+pub use builder::{BuildError, ThreadPoolBuilder, DEFAULT_TOKENS_PER_THREAD, NUM_THREADS_ENV};
+pub use pool::{current_num_threads, current_thread_index, join, scope, spawn, ThreadPool};
+pub use scope::Scope;
+pub use stats::Stats;
+
+/// Internals exposed to the loom models in `tests/loom_*.rs` (built with `--cfg loom` only).
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod __loom {
+    pub use crate::sleep::Sleep;
+    pub use crate::sync::Arc;
+    pub use crate::token::{Admission, Lender, Registration, TokenTable};
 }

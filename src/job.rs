@@ -1,0 +1,280 @@
+//! Jobs: type-erased units of work in the deques, and the three shapes they come in.
+//!
+//! This module owns how a job's closure, result and completion signal are stored and how a
+//! worker runs one. It never decides admission: a [`HeapJob`] or [`RootJob`] is pushed only once
+//! its [`Lender`] is admitted, and a [`JoinJob`] (the second half of a `join`, pushed before any
+//! admission) asks the token table itself when a thief picks it up.
+//!
+//! * [`HeapJob`]: a spawned job (scope or detached), boxed, run once by whoever pops it.
+//! * [`RootJob`]: a job that a thread outside the pool (or a worker of another pool) waits for,
+//!   on the waiting thread's stack.
+//! * [`JoinJob`]: the `b` of `join(a, b)`, on the joiner's stack. Run inline by the joiner when it
+//!   pops it back; a thief must admit it (loan of the joiner's token, else a pool token) or hand
+//!   it back unrun.
+
+use std::any::Any;
+use std::cell::UnsafeCell;
+use std::mem::ManuallyDrop;
+use std::panic::{self, AssertUnwindSafe};
+
+use crate::latch::{CountLatch, Latch, WakeTarget};
+use crate::registry::WorkerThread;
+use crate::sync::Arc;
+use crate::token::Lender;
+
+/// A pointer to a job and the function that runs it. Pushed to deques; runs exactly once.
+#[derive(Clone, Copy, Debug)]
+pub struct JobRef {
+    data: *const (),
+    run: unsafe fn(*const ()),
+}
+
+/// Two refs are the same job when they point to the same data (a job lives at one address).
+impl PartialEq for JobRef {
+    fn eq(&self, other: &Self) -> bool {
+        self.data == other.data
+    }
+}
+
+// SAFETY: a JobRef is handed between threads by design; every job type it points to is built
+// from `Send` closures and results, and each is run exactly once.
+unsafe impl Send for JobRef {}
+
+impl JobRef {
+    /// Runs the job.
+    ///
+    /// # Safety
+    /// On a worker thread of the job's pool, once per job, while the job is alive.
+    pub unsafe fn run(self) {
+        // SAFETY: forwarded from the caller.
+        unsafe { (self.run)(self.data) }
+    }
+}
+
+/// What a token granter needs to start a job that waited for admission.
+pub struct Ticket {
+    /// The job to make runnable.
+    pub job: JobRef,
+    /// The thread waiting in the spawn call, to wake once the job is admitted.
+    pub waker: WakeTarget,
+}
+
+/// A job's outcome: not yet run, a value, or the panic it raised.
+pub enum JobResult<T> {
+    /// Not run yet.
+    None,
+    /// Returned a value.
+    Ok(T),
+    /// Panicked with this payload.
+    Panic(Box<dyn Any + Send>),
+}
+
+impl<T> JobResult<T> {
+    /// Runs `f`, catching a panic.
+    pub fn call(f: impl FnOnce() -> T) -> Self {
+        match panic::catch_unwind(AssertUnwindSafe(f)) {
+            Ok(value) => JobResult::Ok(value),
+            Err(payload) => JobResult::Panic(payload),
+        }
+    }
+
+    /// The value, or the panic raised again on this thread.
+    pub fn into_value(self) -> T {
+        match self {
+            JobResult::Ok(value) => value,
+            JobResult::Panic(payload) => panic::resume_unwind(payload),
+            JobResult::None => unreachable!("a job's result read before it ran"),
+        }
+    }
+}
+
+/// Makes an `Arc` from a pointer obtained by `Arc::as_ptr` of an `Arc` that is still alive.
+///
+/// # Safety
+/// Some `Arc` to `ptr` must stay alive for the duration of the call.
+pub unsafe fn arc_from_live(ptr: *const Lender) -> Arc<Lender> {
+    // SAFETY: the caller keeps an Arc alive, so the allocation is valid; ManuallyDrop keeps the
+    // borrowed count untouched, and the clone takes a count of its own.
+    let borrowed = ManuallyDrop::new(unsafe { Arc::from_raw(ptr) });
+    Arc::clone(&borrowed)
+}
+
+/// A spawned job, admitted before it is pushed.
+pub struct HeapJob<F> {
+    lender: Arc<Lender>,
+    body: F,
+    /// The scope's latch to count down once the job's token is released; null when detached.
+    scope: *const CountLatch,
+}
+
+impl<F: FnOnce() + Send> HeapJob<F> {
+    /// A job that runs `body` (which must not unwind) as the job of `lender`, then counts down
+    /// `scope` if not null.
+    pub fn new(lender: Arc<Lender>, body: F, scope: *const CountLatch) -> Box<Self> {
+        Box::new(HeapJob {
+            lender,
+            body,
+            scope,
+        })
+    }
+
+    /// Erases the job's type. The job is freed when run.
+    pub fn into_job_ref(self: Box<Self>) -> JobRef {
+        JobRef {
+            data: Box::into_raw(self) as *const (),
+            run: Self::run,
+        }
+    }
+
+    unsafe fn run(data: *const ()) {
+        // SAFETY: `data` came from `Box::into_raw` in `into_job_ref` and runs once.
+        let job = unsafe { Box::from_raw(data as *mut Self) };
+        let HeapJob {
+            lender,
+            body,
+            scope,
+        } = *job;
+        // SAFETY: jobs run only on worker threads.
+        let worker = unsafe { WorkerThread::current_unchecked() };
+        worker.run_admitted(&lender, body);
+        if !scope.is_null() {
+            // SAFETY: the scope waits for this count before it returns, so the latch is alive.
+            unsafe { CountLatch::decrement(scope, worker.registry()) };
+        }
+    }
+}
+
+/// A job another thread waits for, on that thread's stack.
+pub struct RootJob<F, R> {
+    lender: Arc<Lender>,
+    func: UnsafeCell<Option<F>>,
+    result: UnsafeCell<JobResult<R>>,
+    /// Set once the job has run and released its token.
+    pub latch: Latch,
+}
+
+impl<F: FnOnce() -> R + Send, R: Send> RootJob<F, R> {
+    /// A job that runs `func` as the job of `lender` and sets a latch that wakes `waiter`.
+    pub fn new(lender: Arc<Lender>, func: F, waiter: WakeTarget) -> Self {
+        RootJob {
+            lender,
+            func: UnsafeCell::new(Some(func)),
+            result: UnsafeCell::new(JobResult::None),
+            latch: Latch::new(waiter),
+        }
+    }
+
+    /// The job as a `JobRef`.
+    ///
+    /// # Safety
+    /// The job must stay where it is until its latch is set.
+    pub unsafe fn as_job_ref(&self) -> JobRef {
+        JobRef {
+            data: self as *const Self as *const (),
+            run: Self::run,
+        }
+    }
+
+    unsafe fn run(data: *const ()) {
+        let this = data as *const Self;
+        // SAFETY: jobs run only on worker threads.
+        let worker = unsafe { WorkerThread::current_unchecked() };
+        // SAFETY: the waiting thread keeps the job alive until the latch is set, and only this
+        // run touches `func` and `result` before that.
+        unsafe {
+            let func = (*(*this).func.get()).take().expect("a job runs once");
+            worker.run_admitted(&(*this).lender, || {
+                *(*this).result.get() = JobResult::call(func)
+            });
+            Latch::set(&(*this).latch, worker.registry());
+        }
+    }
+
+    /// The job's value, or its panic raised again. Call once the latch is set.
+    pub fn into_value(self) -> R {
+        debug_assert!(self.latch.probe());
+        self.result.into_inner().into_value()
+    }
+}
+
+/// The `b` of `join(a, b)`, on the joiner's stack.
+pub struct JoinJob<F, R> {
+    func: UnsafeCell<Option<F>>,
+    result: UnsafeCell<JobResult<R>>,
+    /// The joiner's job: the lender of a thief's loan, and the job `b` is part of when inline.
+    parent: *const Lender,
+    /// The joiner's worker index.
+    owner: usize,
+    /// Set when a thief ran the job, or handed it back.
+    pub latch: Latch,
+}
+
+impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
+    /// `func` as the second half of a join by worker `owner`, whose current job is `parent`.
+    pub fn new(func: F, owner: usize, parent: *const Lender) -> Self {
+        JoinJob {
+            func: UnsafeCell::new(Some(func)),
+            result: UnsafeCell::new(JobResult::None),
+            parent,
+            owner,
+            latch: Latch::new(WakeTarget::Worker(owner)),
+        }
+    }
+
+    /// The job as a `JobRef`.
+    ///
+    /// # Safety
+    /// The job must stay where it is until the joiner has popped it back or seen its latch set.
+    pub unsafe fn as_job_ref(&self) -> JobRef {
+        JobRef {
+            data: self as *const Self as *const (),
+            run: Self::run,
+        }
+    }
+
+    /// Runs `b` on the joiner's thread as part of the joiner's job (no admission).
+    pub fn run_inline(&self, worker: &WorkerThread) -> JobResult<R> {
+        // SAFETY: only the thread that popped the job back, or that saw it handed back, runs it.
+        let func = unsafe { (*self.func.get()).take() }.expect("a job runs once");
+        worker.with_current(self.parent, || JobResult::call(func))
+    }
+
+    /// The result a thief stored. Call once the latch is set and not handed back.
+    pub fn take_result(&self) -> JobResult<R> {
+        // SAFETY: the latch is set, so the thief is done with the cell.
+        unsafe { std::mem::replace(&mut *self.result.get(), JobResult::None) }
+    }
+
+    unsafe fn run(data: *const ()) {
+        let this = data as *const Self;
+        // SAFETY: jobs run only on worker threads.
+        let worker = unsafe { WorkerThread::current_unchecked() };
+        // SAFETY: the joiner keeps the job alive until it pops it or sees the latch set.
+        let job = unsafe { &*this };
+        if worker.index() == job.owner {
+            // Popped by its owner while helping deeper in the stack: still part of its job.
+            let result = job.run_inline(worker);
+            // SAFETY: as above; only this thread writes the result before the latch.
+            unsafe {
+                *job.result.get() = result;
+                Latch::set(&job.latch, worker.registry());
+            }
+            return;
+        }
+        let registry = worker.registry();
+        // SAFETY: the joiner's job is alive while the joiner waits for this job.
+        let lender = Arc::new(registry.new_child(job.parent));
+        if !registry.try_admit(&lender) {
+            // No token: the joiner runs `b` inline when it sees this.
+            // SAFETY: the job is alive until the latch is published, not touched after.
+            unsafe { Latch::hand_back(&job.latch, registry) };
+            return;
+        }
+        // SAFETY: a stolen job runs once, on this thread; the joiner reads after the latch.
+        unsafe {
+            let func = (*job.func.get()).take().expect("a job runs once");
+            worker.run_admitted(&lender, || *job.result.get() = JobResult::call(func));
+            Latch::set(&job.latch, registry);
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! Latches: one-shot signals a waiting thread checks between the jobs it helps with, and the
+//! targets they wake.
+//!
+//! This module owns the latch states and who gets woken. The rule every setter keeps: copy what
+//! it needs to wake the waiter *before* publishing the new state, and touch the latch no more
+//! after that, since the waiter may return and free it at once.
+
+use crate::registry::Registry;
+use crate::sync::{thread, Arc, AtomicU8, AtomicUsize, Ordering};
+
+/// Who waits, so a setter or a token granter can wake it.
+#[derive(Clone)]
+pub enum WakeTarget {
+    /// Worker `index` of the pool in which the latch is set or the token granted.
+    Worker(usize),
+    /// Worker `index` of another pool (a call that crossed pools).
+    Foreign(Arc<Registry>, usize),
+    /// A thread that is no pool's worker; it parks.
+    Thread(thread::Thread),
+}
+
+impl WakeTarget {
+    /// Wakes the target; `here` is the pool the setter belongs to.
+    pub fn wake(self, here: &Registry) {
+        match self {
+            WakeTarget::Worker(index) => {
+                here.sleep().wake_worker(index);
+            }
+            WakeTarget::Foreign(registry, index) => {
+                registry.sleep().wake_worker(index);
+            }
+            WakeTarget::Thread(thread) => thread.unpark(),
+        }
+    }
+}
+
+const UNSET: u8 = 0;
+const SET: u8 = 1;
+const HANDED_BACK: u8 = 2;
+
+/// Set once, when a job completes, or when a thief hands an unadmitted join half back.
+pub struct Latch {
+    state: AtomicU8,
+    target: WakeTarget,
+}
+
+impl Latch {
+    /// An unset latch whose setter wakes `target`.
+    pub fn new(target: WakeTarget) -> Self {
+        Latch {
+            state: AtomicU8::new(UNSET),
+            target,
+        }
+    }
+
+    /// Whether the latch is set (either way).
+    pub fn probe(&self) -> bool {
+        // Acquire: pairs with the setter's release, so the job's result is visible.
+        self.state.load(Ordering::Acquire) != UNSET
+    }
+
+    /// Whether a thief handed the job back instead of running it.
+    pub fn handed_back(&self) -> bool {
+        // Acquire: as in `probe`.
+        self.state.load(Ordering::Acquire) == HANDED_BACK
+    }
+
+    /// Sets the latch: the job completed.
+    ///
+    /// # Safety
+    /// `this` is valid now; it may be freed by the waiter as soon as the state is published.
+    pub unsafe fn set(this: *const Self, here: &Registry) {
+        // SAFETY: forwarded from the caller.
+        unsafe { Self::publish(this, SET, here) }
+    }
+
+    /// Sets the latch: the job was not run and goes back to its owner.
+    ///
+    /// # Safety
+    /// As for [`Latch::set`].
+    pub unsafe fn hand_back(this: *const Self, here: &Registry) {
+        // SAFETY: forwarded from the caller.
+        unsafe { Self::publish(this, HANDED_BACK, here) }
+    }
+
+    unsafe fn publish(this: *const Self, state: u8, here: &Registry) {
+        // SAFETY: `this` is valid until the store below (caller's contract).
+        let target = unsafe { (*this).target.clone() };
+        // Release: publishes the job's result to the waiter's acquire in `probe`.
+        unsafe { (*this).state.store(state, Ordering::Release) };
+        target.wake(here);
+    }
+}
+
+/// Counts the jobs of a scope still to finish, the scope's own body included; the owner (a
+/// worker of the scope's pool) waits for zero.
+pub struct CountLatch {
+    count: AtomicUsize,
+    owner: usize,
+}
+
+impl CountLatch {
+    /// A latch at one (the scope body) owned by worker `owner`.
+    pub fn new(owner: usize) -> Self {
+        CountLatch {
+            count: AtomicUsize::new(1),
+            owner,
+        }
+    }
+
+    /// One more job to wait for.
+    pub fn increment(&self) {
+        // Relaxed: the caller holds a count already, so this cannot race with the final decrement.
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether every counted job has finished.
+    pub fn probe(&self) -> bool {
+        // Acquire: pairs with the decrements' release, so every job's effects are visible.
+        self.count.load(Ordering::Acquire) == 0
+    }
+
+    /// One counted job finished.
+    ///
+    /// # Safety
+    /// `this` is valid now; once the count reaches zero the owner may free it.
+    pub unsafe fn decrement(this: *const Self, here: &Registry) {
+        // SAFETY: valid until the decrement below (caller's contract).
+        let owner = unsafe { (*this).owner };
+        // AcqRel: release this job's effects; acquire the others' for whoever reaches zero.
+        if unsafe { (*this).count.fetch_sub(1, Ordering::AcqRel) } == 1 {
+            here.sleep().wake_worker(owner);
+        }
+    }
+}

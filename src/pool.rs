@@ -1,0 +1,253 @@
+//! The public entry points: [`ThreadPool`], the global pool, and the free functions.
+//!
+//! This module owns where a call lands: inline in the current job when the calling thread is a
+//! worker of the target pool, or as a new job admitted into that pool otherwise (a root job, or,
+//! when a job of this pool is an ancestor across pools, a child of that job). It never bypasses
+//! the token table.
+
+use std::sync::{Mutex as StdMutex, OnceLock};
+
+use crate::builder::{BuildError, ThreadPoolBuilder};
+use crate::job::{HeapJob, JobResult, RootJob};
+use crate::join::join_in_worker;
+use crate::registry::{wait_on, Registry, WorkerThread};
+use crate::scope::{scope_in_worker, Scope};
+use crate::stats::Stats;
+use crate::sync::Arc;
+
+/// A work-stealing pool whose jobs are admitted through a lending token table.
+///
+/// Dropping the pool lets the queued work finish, then the workers exit; the drop itself does not
+/// wait for them.
+///
+/// ```
+/// let pool = treepool::ThreadPoolBuilder::new().num_threads(2).max_inflight(4).build().unwrap();
+/// let (a, b) = pool.join(|| 1 + 1, || 2 + 2);
+/// assert_eq!((a, b), (2, 4));
+/// assert_eq!(pool.install(|| treepool::current_num_threads()), 2);
+/// ```
+pub struct ThreadPool {
+    registry: Arc<Registry>,
+}
+
+impl std::fmt::Debug for ThreadPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadPool")
+            .field("num_threads", &self.current_num_threads())
+            .field("max_inflight", &self.max_inflight())
+            .finish()
+    }
+}
+
+impl ThreadPool {
+    pub(crate) fn from_registry(registry: Arc<Registry>) -> Self {
+        ThreadPool { registry }
+    }
+
+    /// Runs `op` in the pool and returns its result; the calling thread waits (a worker of
+    /// another pool runs that pool's jobs meanwhile). On a worker of this pool, `op` runs inline
+    /// in the current job. A panic in `op` is raised again here.
+    pub fn install<OP, R>(&self, op: OP) -> R
+    where
+        OP: FnOnce() -> R + Send,
+        R: Send,
+    {
+        match WorkerThread::current() {
+            Some(worker) if worker.registry().id() == self.registry.id() => op(),
+            here => run_root(&self.registry, here, op),
+        }
+    }
+
+    /// [`join`](crate::join) in this pool.
+    pub fn join<A, B, RA, RB>(&self, a: A, b: B) -> (RA, RB)
+    where
+        A: FnOnce() -> RA + Send,
+        B: FnOnce() -> RB + Send,
+        RA: Send,
+        RB: Send,
+    {
+        self.install(|| join(a, b))
+    }
+
+    /// [`scope`](crate::scope) in this pool.
+    pub fn scope<'scope, OP, R>(&self, op: OP) -> R
+    where
+        OP: FnOnce(&Scope<'scope>) -> R + Send,
+        R: Send,
+    {
+        self.install(|| scope(op))
+    }
+
+    /// Spawns a detached job in this pool: a child of the current job when called from one,
+    /// else a root job. Returns once the job is admitted (waiting for a token if none is free).
+    /// A panic in `f` goes to the pool's panic handler, or is printed; it never kills a worker.
+    pub fn spawn<F: FnOnce() + Send + 'static>(&self, f: F) {
+        spawn_in(&self.registry, f);
+    }
+
+    /// The number of worker threads.
+    pub fn current_num_threads(&self) -> usize {
+        self.registry.num_threads()
+    }
+
+    /// The number of tokens.
+    pub fn max_inflight(&self) -> usize {
+        self.registry.max_inflight()
+    }
+
+    /// A snapshot of the pool's admission state and counters.
+    pub fn stats(&self) -> Stats {
+        self.registry.stats()
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        self.registry.terminate();
+    }
+}
+
+/// Runs `op` as a new job of `registry`, from a thread that is not one of its workers.
+fn run_root<OP, R>(registry: &Arc<Registry>, here: Option<&WorkerThread>, op: OP) -> R
+where
+    OP: FnOnce() -> R + Send,
+    R: Send,
+{
+    let lender = registry.new_lender();
+    let waiter = registry.waker_for(here);
+    let job = RootJob::new(lender.clone(), op, waiter);
+    // SAFETY: `job` stays on this frame until its latch is set, which `wait_on` waits for.
+    registry.admit(&lender, unsafe { job.as_job_ref() });
+    wait_on(here, || job.latch.probe());
+    job.into_value()
+}
+
+/// Spawns a detached job into `registry` from any thread.
+fn spawn_in<F: FnOnce() + Send + 'static>(registry: &Arc<Registry>, f: F) {
+    let lender = registry.new_lender();
+    let handler = registry.clone();
+    let body = move || {
+        if let JobResult::Panic(payload) = JobResult::call(f) {
+            handler.handle_panic(payload);
+        }
+    };
+    let job = HeapJob::new(lender.clone(), body, std::ptr::null()).into_job_ref();
+    registry.admit(&lender, job);
+}
+
+static GLOBAL: OnceLock<Arc<Registry>> = OnceLock::new();
+static GLOBAL_INIT: StdMutex<()> = StdMutex::new(());
+
+/// The global pool, built with the defaults on first use.
+fn global_registry() -> &'static Arc<Registry> {
+    GLOBAL.get_or_init(|| {
+        ThreadPoolBuilder::new()
+            .build_registry_for_global()
+            .unwrap_or_else(|err| panic!("treepool: cannot build the global pool: {err}"))
+    })
+}
+
+/// Installs `registry` as the global pool unless one exists.
+pub(crate) fn set_global(registry: Arc<Registry>) -> Result<(), BuildError> {
+    let _init = GLOBAL_INIT.lock().unwrap_or_else(|e| e.into_inner());
+    match GLOBAL.set(registry) {
+        Ok(()) => Ok(()),
+        Err(unused) => {
+            unused.terminate();
+            Err(BuildError::new("the global pool has already been built"))
+        }
+    }
+}
+
+/// The pool of the calling worker, else the global pool.
+fn current_registry() -> &'static Registry {
+    match WorkerThread::current() {
+        Some(worker) => worker.registry(),
+        None => global_registry(),
+    }
+}
+
+/// Runs `a` and `b`, potentially in parallel, and returns both results.
+///
+/// On a worker, `a` runs inline and `b` is offered to thieves; if nobody steals it, it runs
+/// inline too, touching no shared state. A thief must admit `b` through the token table first.
+/// Outside any pool, the call runs in the global pool. A panic in `a` or `b` is raised again
+/// once both have finished (`a`'s wins).
+///
+/// ```
+/// fn fib(n: u32) -> u64 {
+///     if n < 2 { return n as u64; }
+///     let (a, b) = treepool::join(|| fib(n - 1), || fib(n - 2));
+///     a + b
+/// }
+/// let pool = treepool::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+/// assert_eq!(pool.install(|| fib(20)), 6765);
+/// ```
+pub fn join<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
+where
+    A: FnOnce() -> RA + Send,
+    B: FnOnce() -> RB + Send,
+    RA: Send,
+    RB: Send,
+{
+    match WorkerThread::current() {
+        Some(worker) => join_in_worker(worker, a, b),
+        None => run_root(global_registry(), None, || join(a, b)),
+    }
+}
+
+/// Creates a scope on the current worker's pool (else the global pool) and runs `op` in it;
+/// returns once `op` and every job spawned in the scope have finished. A panic in any of them is
+/// raised again then.
+///
+/// ```
+/// let words = vec!["tree", "pool"];
+/// let mut lengths = vec![0; 2];
+/// treepool::scope(|s| {
+///     for (word, len) in words.iter().zip(lengths.iter_mut()) {
+///         s.spawn(move |_| *len = word.len());
+///     }
+/// });
+/// assert_eq!(lengths, [4, 4]);
+/// ```
+pub fn scope<'scope, OP, R>(op: OP) -> R
+where
+    OP: FnOnce(&Scope<'scope>) -> R + Send,
+    R: Send,
+{
+    match WorkerThread::current() {
+        Some(worker) => scope_in_worker(worker, op),
+        None => run_root(global_registry(), None, || scope(op)),
+    }
+}
+
+/// Spawns a detached job on the current worker's pool (else the global pool). See
+/// [`ThreadPool::spawn`].
+///
+/// ```
+/// let (tx, rx) = std::sync::mpsc::channel();
+/// treepool::spawn(move || tx.send(42).unwrap());
+/// assert_eq!(rx.recv().unwrap(), 42);
+/// ```
+pub fn spawn<F: FnOnce() + Send + 'static>(f: F) {
+    match WorkerThread::current() {
+        Some(worker) => spawn_in(worker.registry(), f),
+        None => spawn_in(global_registry(), f),
+    }
+}
+
+/// The index of the calling worker thread in its pool, or `None` outside any pool.
+///
+/// ```
+/// assert_eq!(treepool::current_thread_index(), None);
+/// let pool = treepool::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+/// assert!(pool.install(|| treepool::current_thread_index()).unwrap() < 3);
+/// ```
+pub fn current_thread_index() -> Option<usize> {
+    WorkerThread::current().map(WorkerThread::index)
+}
+
+/// The number of threads of the calling worker's pool, else of the global pool.
+pub fn current_num_threads() -> usize {
+    current_registry().num_threads()
+}

@@ -1,0 +1,467 @@
+//! The registry: a pool's shared state, its worker threads, and admission glue.
+//!
+//! This module owns the deques (one crossbeam `Worker` per thread, their `Stealer`s, a global
+//! `Injector`), the worker main loop, the help-while-waiting loop, and the glue that connects the
+//! token table to the scheduler: a job becomes runnable only after [`TokenTable`] admitted it, and
+//! whoever grants a token to a waiting job pushes that job and wakes its spawner (rule 5). It must
+//! never run a job that was not admitted (the one exception is a join half run by its own joiner,
+//! which is part of the joiner's job).
+
+use std::cell::Cell;
+use std::ptr;
+use std::sync::atomic::AtomicUsize as StdAtomicUsize;
+
+use crossbeam_deque::{Injector, Steal, Stealer, Worker};
+
+use crate::job::{arc_from_live, JobRef, Ticket};
+use crate::latch::WakeTarget;
+use crate::sleep::Sleep;
+use crate::stats::{Counter, Counters, Stats};
+use crate::sync::{thread, Arc, AtomicBool, Ordering};
+use crate::token::{Admission, Lender, Registration, TokenTable};
+
+/// A panic handler for detached jobs.
+pub type PanicHandler = Box<dyn Fn(Box<dyn std::any::Any + Send>) + Send + Sync>;
+
+/// Rounds a worker looks for work before it tries to sleep.
+const SPIN_ROUNDS: u32 = 64;
+/// Of those, the first rounds spin; the rest yield the CPU.
+const SPIN_ONLY_ROUNDS: u32 = 16;
+
+static NEXT_POOL_ID: StdAtomicUsize = StdAtomicUsize::new(1);
+
+/// The state shared by a pool's workers and its handles.
+pub struct Registry {
+    id: usize,
+    stealers: Box<[Stealer<JobRef>]>,
+    injector: Injector<JobRef>,
+    sleep: Sleep,
+    tokens: TokenTable,
+    counters: Counters,
+    terminating: AtomicBool,
+    panic_handler: Option<PanicHandler>,
+}
+
+/// What a worker thread needs to start, made before any thread runs.
+pub struct WorkerSeed {
+    deque: Worker<JobRef>,
+    index: usize,
+}
+
+impl WorkerSeed {
+    /// The index of the worker this seed starts.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+}
+
+impl Registry {
+    /// A registry for `num_threads` workers and `max_inflight` tokens, with the seeds the worker
+    /// threads start from.
+    pub fn new(
+        num_threads: usize,
+        max_inflight: usize,
+        panic_handler: Option<PanicHandler>,
+    ) -> (Arc<Registry>, Vec<WorkerSeed>) {
+        let deques: Vec<Worker<JobRef>> = (0..num_threads).map(|_| Worker::new_lifo()).collect();
+        let registry = Arc::new(Registry {
+            // Relaxed: only uniqueness matters.
+            id: NEXT_POOL_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            stealers: deques.iter().map(Worker::stealer).collect(),
+            injector: Injector::new(),
+            sleep: Sleep::new(num_threads),
+            tokens: TokenTable::new(max_inflight),
+            counters: Counters::new(num_threads),
+            terminating: AtomicBool::new(false),
+            panic_handler,
+        });
+        let seeds = deques
+            .into_iter()
+            .enumerate()
+            .map(|(index, deque)| WorkerSeed { deque, index })
+            .collect();
+        (registry, seeds)
+    }
+
+    /// The pool's unique id.
+    pub fn id(&self) -> usize {
+        self.id
+    }
+
+    /// The number of worker threads.
+    pub fn num_threads(&self) -> usize {
+        self.stealers.len()
+    }
+
+    /// The number of tokens.
+    pub fn max_inflight(&self) -> usize {
+        self.tokens.cap()
+    }
+
+    /// The workers' sleep state.
+    pub fn sleep(&self) -> &Sleep {
+        &self.sleep
+    }
+
+    /// Asks the workers to finish the queued work and exit.
+    pub fn terminate(&self) {
+        // SeqCst: read by sleepers' `done` checks under their locks.
+        self.terminating.store(true, Ordering::SeqCst);
+        self.sleep.wake_all();
+    }
+
+    /// A snapshot of the pool's statistics.
+    pub fn stats(&self) -> Stats {
+        let in_use = self.tokens.in_use();
+        self.counters
+            .snapshot(in_use, self.tokens.peak_in_use().max(in_use))
+    }
+
+    /// The state of a new job started by the calling thread in this pool: a child of the
+    /// calling thread's current job, of its nearest ancestor in this pool when the call crossed
+    /// pools, or a root.
+    pub fn new_lender(&self) -> Arc<Lender> {
+        let current = WorkerThread::current().and_then(WorkerThread::current_lender);
+        let lender = match current {
+            None => Lender::new(self.id, None, None),
+            Some(job) if job.pool() == self.id => Lender::new(self.id, Some(job), None),
+            Some(job) => Lender::new(self.id, job.nearest_in(self.id), Some(job)),
+        };
+        Arc::new(lender)
+    }
+
+    /// The state of a stolen join half whose joiner runs the job `parent`.
+    ///
+    /// # Safety
+    /// `parent` is null or points to a lender kept alive by a running job.
+    pub fn new_child(&self, parent: *const Lender) -> Lender {
+        // SAFETY: the caller's contract.
+        let parent = (!parent.is_null()).then(|| unsafe { arc_from_live(parent) });
+        Lender::new(self.id, parent, None)
+    }
+
+    /// Admits `lender` now if a token is free, counting it. No waiting.
+    pub fn try_admit(&self, lender: &Lender) -> bool {
+        match self.tokens.try_admit(lender) {
+            Some(how) => {
+                self.note_admitted(lender, how);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Admits the job `job` of `lender` into this pool and makes it runnable. While no token is
+    /// free the calling thread waits, running other admitted jobs if it is a worker (of any pool),
+    /// parked otherwise. Returns once the job is admitted.
+    pub fn admit(&self, lender: &Arc<Lender>, job: JobRef) {
+        if self.try_admit(lender) {
+            self.make_runnable(job);
+            return;
+        }
+        let here = WorkerThread::current();
+        // SAFETY: the lender is not registered anywhere yet.
+        unsafe {
+            lender.set_ticket(Ticket {
+                job,
+                waker: self.waker_for(here),
+            })
+        };
+        match self.tokens.register(lender) {
+            Registration::Admitted => {
+                // SAFETY: admitted by this thread, so the ticket is ours.
+                drop(unsafe { lender.take_ticket() });
+                self.note_admitted(lender, Admission::Loan);
+                self.make_runnable(job);
+                return;
+            }
+            Registration::Waiting(granted) => {
+                self.counters.bump(self.slot(), Counter::AdmissionWaits);
+                if let Some(child) = granted {
+                    self.start_granted(child);
+                }
+            }
+        }
+        wait_on(here, || lender.admission().is_some());
+        self.tokens.settle(lender);
+    }
+
+    /// The job of `lender` has finished: it is no longer in flight, and its token moves on.
+    pub fn finish_job(&self, lender: &Lender) {
+        self.counters.job_finished();
+        if let Some(child) = self.tokens.finish(lender) {
+            self.start_granted(child);
+        }
+    }
+
+    /// Hands a detached job's panic to the pool's handler, or prints it.
+    pub fn handle_panic(&self, payload: Box<dyn std::any::Any + Send>) {
+        match &self.panic_handler {
+            Some(handler) => {
+                let call = std::panic::AssertUnwindSafe(|| handler(payload));
+                if std::panic::catch_unwind(call).is_err() {
+                    eprintln!("treepool: the panic handler itself panicked");
+                }
+            }
+            None => eprintln!(
+                "treepool: a detached job panicked: {}",
+                panic_message(payload.as_ref())
+            ),
+        }
+    }
+
+    /// How a granter wakes the calling thread.
+    pub fn waker_for(&self, here: Option<&WorkerThread>) -> WakeTarget {
+        match here {
+            Some(w) if w.registry.id == self.id => WakeTarget::Worker(w.index),
+            Some(w) => WakeTarget::Foreign(w.registry.clone(), w.index),
+            None => WakeTarget::Thread(thread::current()),
+        }
+    }
+
+    /// A waiting job was granted a token by this thread: count it, make it runnable, and wake
+    /// the thread waiting in its spawn call.
+    fn start_granted(&self, child: Arc<Lender>) {
+        let how = child.admission().expect("a granted job is admitted");
+        self.note_admitted(&child, how);
+        // SAFETY: this thread's grant won the child's admission, so the ticket is ours.
+        let ticket = unsafe { child.take_ticket() }.expect("a waiting job has a ticket");
+        self.make_runnable(ticket.job);
+        ticket.waker.wake(self);
+    }
+
+    fn note_admitted(&self, lender: &Lender, how: Admission) {
+        let counter = match how {
+            Admission::Loan => Counter::AdmittedOnLoan,
+            Admission::Pool => Counter::AdmittedFromPool,
+        };
+        self.counters.bump(self.slot(), counter);
+        self.counters.job_admitted(lender.level());
+    }
+
+    /// Pushes an admitted job: to the calling worker's deque if it is one of ours, else to the
+    /// injector.
+    fn make_runnable(&self, job: JobRef) {
+        match WorkerThread::current() {
+            Some(w) if w.registry.id == self.id => w.deque.push(job),
+            _ => self.injector.push(job),
+        }
+        self.sleep.new_work();
+    }
+
+    /// The calling thread's counter slot.
+    fn slot(&self) -> usize {
+        match WorkerThread::current() {
+            Some(w) if w.registry.id == self.id => w.index,
+            _ => self.num_threads(),
+        }
+    }
+}
+
+/// Waits until `done`: a worker (of any pool) runs other jobs of its pool meanwhile; any other
+/// thread parks, and is unparked by whoever makes `done` true.
+pub fn wait_on(here: Option<&WorkerThread>, done: impl Fn() -> bool) {
+    match here {
+        Some(worker) => worker.wait_until(done),
+        None => {
+            while !done() {
+                thread::park();
+            }
+        }
+    }
+}
+
+/// The text of a panic payload.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s
+    } else {
+        "Box<dyn Any>"
+    }
+}
+
+std::thread_local! {
+    static WORKER: Cell<*const WorkerThread> = const { Cell::new(ptr::null()) };
+}
+
+/// A worker thread's own state, reachable from its thread-local.
+pub struct WorkerThread {
+    deque: Worker<JobRef>,
+    index: usize,
+    registry: Arc<Registry>,
+    /// The lender of the job this thread is running now; null between jobs.
+    current: Cell<*const Lender>,
+    /// State of the xorshift generator that picks the first victim to steal from.
+    rng: Cell<u64>,
+}
+
+impl WorkerThread {
+    /// The calling thread's worker state, if it is a worker of some pool.
+    pub fn current<'a>() -> Option<&'a WorkerThread> {
+        let ptr = WORKER.with(Cell::get);
+        // SAFETY: the pointer is set by `main_loop` for the thread's whole life as a worker and
+        // points to a `WorkerThread` on that thread's stack, outliving every job it runs.
+        unsafe { ptr.as_ref() }
+    }
+
+    /// The calling thread's worker state.
+    ///
+    /// # Safety
+    /// The calling thread must be a worker.
+    pub unsafe fn current_unchecked<'a>() -> &'a WorkerThread {
+        // SAFETY: the caller's contract.
+        unsafe { &*WORKER.with(Cell::get) }
+    }
+
+    /// This worker's index in its pool.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// This worker's pool.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// The job this thread is running now.
+    pub fn current_lender(&self) -> Option<Arc<Lender>> {
+        let ptr = self.current.get();
+        // SAFETY: `current` points to the lender of a job this thread is running, kept alive
+        // by that job's frame.
+        (!ptr.is_null()).then(|| unsafe { arc_from_live(ptr) })
+    }
+
+    /// The raw pointer to the current job's lender (for join halves).
+    pub fn current_ptr(&self) -> *const Lender {
+        self.current.get()
+    }
+
+    /// Runs `f` with `job` as this thread's current job.
+    pub fn with_current<T>(&self, job: *const Lender, f: impl FnOnce() -> T) -> T {
+        let outer = self.current.replace(job);
+        let value = f();
+        self.current.set(outer);
+        value
+    }
+
+    /// Runs an admitted job's `body` (which must not unwind), then finishes the job.
+    pub fn run_admitted(&self, lender: &Arc<Lender>, body: impl FnOnce()) {
+        self.with_current(Arc::as_ptr(lender), body);
+        self.registry.finish_job(lender);
+    }
+
+    /// Pushes a job to this worker's deque, where thieves can take it.
+    pub fn push(&self, job: JobRef) {
+        self.deque.push(job);
+        self.registry.sleep.new_work();
+    }
+
+    /// Pops the most recently pushed job of this worker's deque.
+    pub fn pop(&self) -> Option<JobRef> {
+        self.deque.pop()
+    }
+
+    /// Runs other jobs until `done`, sleeping when there are none.
+    pub fn wait_until(&self, done: impl Fn() -> bool) {
+        let mut idle = 0;
+        while !done() {
+            if let Some(job) = self.find_work() {
+                // SAFETY: jobs in the queues are alive and run once, on a worker of their pool.
+                unsafe { job.run() };
+                idle = 0;
+            } else if idle < SPIN_ROUNDS {
+                idle += 1;
+                if idle <= SPIN_ONLY_ROUNDS {
+                    std::hint::spin_loop();
+                } else {
+                    thread::yield_now();
+                }
+            } else {
+                self.registry
+                    .sleep
+                    .sleep(self.index, || self.has_work(), &done);
+            }
+        }
+    }
+
+    /// Own deque first (newest), then the injector, then the other workers from a random start.
+    fn find_work(&self) -> Option<JobRef> {
+        self.deque
+            .pop()
+            .or_else(|| self.steal_injected())
+            .or_else(|| self.steal_from_others())
+    }
+
+    fn steal_injected(&self) -> Option<JobRef> {
+        loop {
+            match self.registry.injector.steal_batch_and_pop(&self.deque) {
+                Steal::Success(job) => return Some(job),
+                Steal::Empty => return None,
+                Steal::Retry => {}
+            }
+        }
+    }
+
+    fn steal_from_others(&self) -> Option<JobRef> {
+        let stealers = &self.registry.stealers;
+        let n = stealers.len();
+        if n <= 1 {
+            return None;
+        }
+        let start = self.next_random() % n;
+        loop {
+            let mut retry = false;
+            for victim in (start..n).chain(0..start).filter(|&v| v != self.index) {
+                match stealers[victim].steal() {
+                    Steal::Success(job) => {
+                        self.registry.counters.bump(self.index, Counter::Steals);
+                        return Some(job);
+                    }
+                    Steal::Retry => retry = true,
+                    Steal::Empty => {}
+                }
+            }
+            if !retry {
+                return None;
+            }
+        }
+    }
+
+    fn has_work(&self) -> bool {
+        !self.deque.is_empty()
+            || !self.registry.injector.is_empty()
+            || self.registry.stealers.iter().any(|s| !s.is_empty())
+    }
+
+    fn next_random(&self) -> usize {
+        // xorshift64: cheap, and only spreads thieves over victims.
+        let mut x = self.rng.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.set(x);
+        x as usize
+    }
+}
+
+/// The body of a worker thread: run jobs until the pool terminates and no work is left.
+pub fn main_loop(seed: WorkerSeed, registry: Arc<Registry>, on_start: impl FnOnce(usize)) {
+    let worker = WorkerThread {
+        deque: seed.deque,
+        index: seed.index,
+        registry,
+        current: Cell::new(ptr::null()),
+        rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ (seed.index as u64 + 1).wrapping_mul(0xA24B_AED4)),
+    };
+    WORKER.with(|w| w.set(&worker));
+    on_start(worker.index);
+    // SeqCst: pairs with `terminate`'s store (see `Sleep`).
+    worker.wait_until(|| worker.registry.terminating.load(Ordering::SeqCst));
+    while let Some(job) = worker.find_work() {
+        // SAFETY: as in `wait_until`.
+        unsafe { job.run() };
+    }
+    WORKER.with(|w| w.set(ptr::null()));
+}

@@ -1,0 +1,138 @@
+//! Pool statistics: the public [`Stats`] snapshot and the counters behind it.
+//!
+//! This module owns the counters; it never decides anything. The in-flight count and the peaks
+//! are exact (one shared counter, bumped before a job becomes runnable and dropped after its body
+//! returns), so a user who counts started-but-unfinished jobs never sees more than
+//! `peak_inflight`. Event counters (admissions, waits, steals) are kept per thread on their own
+//! cache lines, so spawns on different workers do not contend for them, and summed on read.
+//! `executing` and `tokens_in_use` are not counted at all: they are read off the token table.
+
+use crossbeam_utils::CachePadded;
+
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+
+/// A snapshot of a pool's admission state and counters, from [`ThreadPool::stats`].
+///
+/// Peaks and counts are since the pool was built. At every instant
+/// `executing <= max_inflight`, `tokens_in_use <= max_inflight` and
+/// `inflight <= max_inflight * peak_depth`; once the pool is idle, `inflight`, `executing` and
+/// `tokens_in_use` are zero.
+///
+/// [`ThreadPool::stats`]: crate::ThreadPool::stats
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Jobs admitted and not finished (queued admitted jobs included).
+    pub inflight: usize,
+    /// The most jobs ever in flight at once.
+    pub peak_inflight: usize,
+    /// Jobs in flight holding a token that is not lent out.
+    pub executing: usize,
+    /// The most jobs ever executing at once.
+    pub peak_executing: usize,
+    /// Tokens taken from the pool and not yet returned (lent or parked tokens count).
+    pub tokens_in_use: usize,
+    /// The deepest level admitted so far; a root job is level 1.
+    pub peak_depth: usize,
+    /// Jobs admitted on a loan of their parent's token.
+    pub admitted_on_loan: u64,
+    /// Jobs admitted on a token from the pool.
+    pub admitted_from_pool: u64,
+    /// Admissions that had to wait for a token.
+    pub admission_waits: u64,
+    /// Jobs a worker took from another worker's deque.
+    pub steals: u64,
+}
+
+/// The per-thread event counters.
+#[derive(Clone, Copy)]
+pub enum Counter {
+    /// A job admitted on a loan.
+    AdmittedOnLoan,
+    /// A job admitted on a pool token.
+    AdmittedFromPool,
+    /// An admission that waited.
+    AdmissionWaits,
+    /// A job stolen from another worker.
+    Steals,
+}
+
+/// The exact in-flight count and its peaks, together on one cache line.
+#[derive(Default)]
+struct Flight {
+    inflight: AtomicUsize,
+    peak_inflight: AtomicUsize,
+    peak_depth: AtomicUsize,
+}
+
+/// A pool's counters.
+pub struct Counters {
+    flight: CachePadded<Flight>,
+    /// One row per worker, and a last one shared by threads outside the pool.
+    per_thread: Box<[CachePadded<[AtomicU64; 4]>]>,
+}
+
+impl Counters {
+    /// Zeroed counters for `num_threads` workers.
+    pub fn new(num_threads: usize) -> Self {
+        Counters {
+            flight: CachePadded::new(Flight::default()),
+            per_thread: (0..=num_threads)
+                .map(|_| CachePadded::new(Default::default()))
+                .collect(),
+        }
+    }
+
+    /// Counts an event in row `slot`.
+    pub fn bump(&self, slot: usize, counter: Counter) {
+        // Relaxed: an independent event count, summed on read.
+        self.per_thread[slot][counter as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A job at `level` was admitted; called before it can run.
+    pub fn job_admitted(&self, level: usize) {
+        // Relaxed: the count is exact by RMW; nothing else is published through it.
+        let now = self.flight.inflight.fetch_add(1, Ordering::Relaxed) + 1;
+        raise(&self.flight.peak_inflight, now);
+        raise(&self.flight.peak_depth, level);
+    }
+
+    /// A job's body returned.
+    pub fn job_finished(&self) {
+        // Relaxed: as in `job_admitted`.
+        self.flight.inflight.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// A snapshot, with the token figures read off the token table.
+    pub fn snapshot(&self, tokens_in_use: usize, peak_tokens: usize) -> Stats {
+        let sum = |c: Counter| -> u64 {
+            self.per_thread
+                .iter()
+                // Relaxed: statistics.
+                .map(|row| row[c as usize].load(Ordering::Relaxed))
+                .sum()
+        };
+        // Relaxed: statistics; each figure is exact, the snapshot is not atomic as a whole.
+        let load = |a: &AtomicUsize| a.load(Ordering::Relaxed);
+        Stats {
+            inflight: load(&self.flight.inflight),
+            peak_inflight: load(&self.flight.peak_inflight),
+            executing: tokens_in_use,
+            peak_executing: peak_tokens,
+            tokens_in_use,
+            peak_depth: load(&self.flight.peak_depth),
+            admitted_on_loan: sum(Counter::AdmittedOnLoan),
+            admitted_from_pool: sum(Counter::AdmittedFromPool),
+            admission_waits: sum(Counter::AdmissionWaits),
+            steals: sum(Counter::Steals),
+        }
+    }
+}
+
+/// Raises `peak` to `value`; reads first so the common case writes nothing.
+fn raise(peak: &AtomicUsize, value: usize) {
+    // Relaxed: a statistic; fetch_max keeps it exact.
+    if value > peak.load(Ordering::Relaxed) {
+        peak.fetch_max(value, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,506 @@
+//! The lending token table: admission of every job, lock-free.
+//!
+//! This module owns the `max_inflight` tokens and the rules that move them (the design brief's
+//! lending rules 1–6). It decides *who may start*; it never runs, pushes or wakes anything: an
+//! operation that grants a token to a waiting job returns that job's [`Lender`], and the caller
+//! (the registry) makes it runnable. That keeps this module free of the scheduler, so the loom
+//! models in `tests/loom_tokens.rs` drive it directly.
+//!
+//! # State
+//!
+//! * [`TokenTable::free`]: the count of pool tokens nobody holds.
+//! * [`TokenTable::waiters`]: a lock-free FIFO of jobs waiting for a pool token.
+//! * Per job, a [`Lender`] with one atomic *lending word*: the `LENT` bit (its token is out on
+//!   loan to a child), the `FINISHED` bit (its body has returned), and the address of the one
+//!   child waiting to borrow it (a job spawns from its own thread and each spawn waits for its
+//!   admission, so a job has at most one child waiting at a time). A second atomic,
+//!   `admission`, is the job's own state as a waiter: `PENDING`, then `LOAN` or `POOL`, set by a
+//!   single compare-and-swap, so exactly one granter wins and a stale queue entry is skipped.
+//!
+//! # Transitions, and the invariant each keeps
+//!
+//! Every token in use is held by a *chain*: the job that took it from the pool, the child it lent
+//! it to, that child's child, and so on. Exactly one job on a chain holds it unlent (B1), and a
+//! chain has at most one job per level (B2).
+//!
+//! | transition | code | keeps |
+//! |---|---|---|
+//! | child borrows its parent's unlent token | [`Lender::try_lend`] | the chain grows by one level, one job per level (B2); the parent stops executing as the child starts (B1) |
+//! | child takes a free pool token | [`TokenTable::try_pool`] | a new chain; `free` never goes below zero (B1) |
+//! | child registers with its parent and the pool queue, then re-checks | [`TokenTable::register`] | no lost wake-up: either the re-check sees the freed token or the releaser sees the registration (both sides fence) |
+//! | a loan returns to a running parent with a waiting child | [`TokenTable::finish`] | the loan passes straight on, the chain keeps its length (B1, B2; rule 3) |
+//! | a job finishes while lending | [`TokenTable::finish`] | the token stays *parked* on the chain until the loan returns (rule 4); it is released exactly once, by whichever of `finish` and the loan's return comes second |
+//! | a pool token is released | [`TokenTable::release_pool`] | handed straight to the first live waiter, or counted free and the queue re-checked (no lost wake-up) |
+//!
+//! Deadlock freedom (B3) follows: a job waits only for its descendants or for a child's
+//! admission, and it waits for admission only while its token is lent to a descendant, which
+//! can proceed. `docs/design.md` writes the proof out.
+
+use std::cell::UnsafeCell;
+
+use crossbeam_utils::CachePadded;
+
+use crate::job::Ticket;
+use crate::sync::{fence, Arc, AtomicU8, AtomicUsize, Ordering, WaiterQueue};
+
+/// The lending word's bit: the token is out on loan to a child.
+const LENT: usize = 0b01;
+/// The lending word's bit: the job's body has returned.
+const FINISHED: usize = 0b10;
+/// The lending word's flag bits; the rest is the address of the waiting borrower.
+const FLAGS: usize = LENT | FINISHED;
+
+/// `Lender::admission`: waiting for a token.
+const PENDING: u8 = 0;
+/// `Lender::admission`: admitted on the parent's token.
+const LOAN: u8 = 1;
+/// `Lender::admission`: admitted on a pool token.
+const POOL: u8 = 2;
+
+/// How a job was admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// On a loan of its parent's token.
+    Loan,
+    /// On a token from the pool.
+    Pool,
+}
+
+/// The admission state of one job, and its token's lending state once admitted.
+///
+/// Shared (in an `Arc`) by the job, by its children that borrow its token, and by the queues
+/// while it waits. Aligned so that the low bits of its address are free for the lending word.
+#[repr(align(8))]
+pub struct Lender {
+    /// The lending word: borrower address | `LENT` | `FINISHED`.
+    lending: AtomicUsize,
+    /// `PENDING`, `LOAN` or `POOL`; leaves `PENDING` by one compare-and-swap.
+    admission: AtomicU8,
+    /// The job that spawned this one, in the same pool: the lender of its loan, and the way up.
+    parent: Option<Arc<Lender>>,
+    /// For a root job started by a job of another pool: that job (the tree crosses pools).
+    origin: Option<Arc<Lender>>,
+    /// Root = 1, child = parent + 1.
+    level: usize,
+    /// The id of the pool whose table admits this job.
+    pool: usize,
+    /// What the granter makes runnable: written before the job is registered as a waiter, taken
+    /// by the one thread whose compare-and-swap admitted it.
+    ticket: UnsafeCell<Option<Ticket>>,
+}
+
+// SAFETY: every field but `ticket` is Sync. `ticket` is written only by the spawning thread
+// before the lender is shared as a waiter, and read only by the single thread that wins the
+// `admission` compare-and-swap; the queue push / CAS that publish the lender order the two.
+unsafe impl Sync for Lender {}
+// SAFETY: as above; the ticket's contents are Send.
+unsafe impl Send for Lender {}
+
+impl Lender {
+    /// The state of a job that is not yet admitted: a child of `parent` in `pool`, or a root when
+    /// `parent` is `None` (`origin`: the job of another pool that started it, if any).
+    pub fn new(pool: usize, parent: Option<Arc<Lender>>, origin: Option<Arc<Lender>>) -> Self {
+        Lender {
+            lending: AtomicUsize::new(0),
+            admission: AtomicU8::new(PENDING),
+            level: parent.as_ref().map_or(1, |p| p.level + 1),
+            parent,
+            origin,
+            pool,
+            ticket: UnsafeCell::new(None),
+        }
+    }
+
+    /// The job's level: root = 1.
+    pub fn level(&self) -> usize {
+        self.level
+    }
+
+    /// The pool this job belongs to.
+    pub fn pool(&self) -> usize {
+        self.pool
+    }
+
+    /// How the job was admitted, or `None` while it waits.
+    pub fn admission(&self) -> Option<Admission> {
+        // Acquire: pairs with the granter's AcqRel CAS, so the caller sees what the grant published.
+        match self.admission.load(Ordering::Acquire) {
+            LOAN => Some(Admission::Loan),
+            POOL => Some(Admission::Pool),
+            _ => None,
+        }
+    }
+
+    /// The nearest job, this one or an ancestor (across pools too), that belongs to `pool`.
+    pub fn nearest_in(self: &Arc<Self>, pool: usize) -> Option<Arc<Lender>> {
+        let mut cur = self;
+        loop {
+            if cur.pool == pool {
+                return Some(cur.clone());
+            }
+            cur = cur.parent.as_ref().or(cur.origin.as_ref())?;
+        }
+    }
+
+    /// Stores what a granter must make runnable.
+    ///
+    /// # Safety
+    /// Only before the lender is passed to [`TokenTable::register`], by the thread that created it.
+    pub unsafe fn set_ticket(&self, ticket: Ticket) {
+        // SAFETY: the caller is the only thread that can reach the lender's ticket yet.
+        unsafe { *self.ticket.get() = Some(ticket) }
+    }
+
+    /// Takes the ticket stored by [`Lender::set_ticket`].
+    ///
+    /// # Safety
+    /// Only by the thread that admitted this lender (the winner of its admission).
+    pub unsafe fn take_ticket(&self) -> Option<Ticket> {
+        // SAFETY: the caller won the admission CAS, so no other thread touches the ticket.
+        unsafe { (*self.ticket.get()).take() }
+    }
+
+    /// Marks the job admitted as `how` if it is still pending. Exactly one caller wins.
+    fn grant(&self, how: u8) -> bool {
+        // AcqRel: release publishes the grant to the waiting spawner; acquire sees its ticket.
+        self.admission
+            .compare_exchange(PENDING, how, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Lends this job's token to a child if it is not lent already (rule 2).
+    pub fn try_lend(&self) -> bool {
+        // Relaxed first read: the CAS below decides.
+        let mut s = self.lending.load(Ordering::Relaxed);
+        while s & LENT == 0 {
+            debug_assert_eq!(s & FINISHED, 0, "only a running job lends");
+            // AcqRel: pairs with the loan's return (release), which ends the previous loan.
+            match self.lending.compare_exchange_weak(
+                s,
+                s | LENT,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(now) => s = now,
+            }
+        }
+        false
+    }
+
+    /// Registers `child` as this job's waiting borrower. Returns `false` when the token came back
+    /// meanwhile and the child took it instead (then `child` is admitted on loan).
+    fn register_borrower(&self, child: &Arc<Lender>) -> bool {
+        let me = Arc::as_ptr(child) as usize;
+        // Relaxed first read: the CAS below decides.
+        let mut s = self.lending.load(Ordering::Relaxed);
+        loop {
+            debug_assert_eq!(s & !FLAGS, 0, "a job has one child waiting at a time");
+            let (next, registered) = if s & LENT == 0 {
+                (s | LENT, false)
+            } else {
+                (s | me, true)
+            };
+            // AcqRel: release publishes the child (and its ticket) to the loan's returner.
+            match self
+                .lending
+                .compare_exchange_weak(s, next, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) if registered => {
+                    // The lending word now owns one reference to the child.
+                    std::mem::forget(child.clone());
+                    return true;
+                }
+                Ok(_) => {
+                    let won = child.grant(LOAN);
+                    debug_assert!(won, "an unregistered child is granted by nobody else");
+                    return false;
+                }
+                Err(now) => s = now,
+            }
+        }
+    }
+
+    /// Removes `child` from this job's borrower slot if it is still there.
+    fn withdraw_borrower(&self, child: &Arc<Lender>) {
+        let me = Arc::as_ptr(child) as usize;
+        // Relaxed first read: the CAS below decides.
+        let mut s = self.lending.load(Ordering::Relaxed);
+        while s & !FLAGS == me {
+            // Relaxed: nothing is published by withdrawing; the reference is ours to drop.
+            match self.lending.compare_exchange_weak(
+                s,
+                s & FLAGS,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    // SAFETY: the slot held the reference forgotten in `register_borrower`, and
+                    // clearing it made this thread its only owner.
+                    drop(unsafe { Arc::from_raw(me as *const Lender) });
+                    return;
+                }
+                Err(now) => s = now,
+            }
+        }
+    }
+}
+
+impl Drop for Lender {
+    fn drop(&mut self) {
+        // Relaxed: `&mut self` means no other thread holds the lender.
+        let borrower = *self.lending.get_mut() & !FLAGS;
+        debug_assert_eq!(borrower, 0, "a lender dropped with a borrower registered");
+    }
+}
+
+/// The outcome of [`TokenTable::register`].
+pub enum Registration {
+    /// The job is admitted; the caller makes it runnable.
+    Admitted,
+    /// The job waits; whoever grants it a token makes it runnable. The registration's re-check
+    /// may have granted a token to some waiter (this job or another): the caller makes that one
+    /// runnable.
+    Waiting(Option<Arc<Lender>>),
+}
+
+/// The pool's `max_inflight` tokens, and the jobs waiting for one.
+pub struct TokenTable {
+    cap: usize,
+    /// Pool tokens nobody holds. On its own cache line: pool admissions and releases touch it.
+    free: CachePadded<AtomicUsize>,
+    /// Highest `cap - free` seen at an admission.
+    peak_in_use: AtomicUsize,
+    /// Jobs waiting for a pool token, oldest first; entries already admitted by a loan are stale
+    /// and skipped.
+    waiters: WaiterQueue<Arc<Lender>>,
+}
+
+impl TokenTable {
+    /// A table of `cap` tokens, all free.
+    pub fn new(cap: usize) -> Self {
+        assert!(cap > 0, "a token table needs at least one token");
+        TokenTable {
+            cap,
+            free: CachePadded::new(AtomicUsize::new(cap)),
+            peak_in_use: AtomicUsize::new(0),
+            waiters: WaiterQueue::new(),
+        }
+    }
+
+    /// The number of tokens.
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+
+    /// Tokens taken from the pool and not yet returned.
+    pub fn in_use(&self) -> usize {
+        // Relaxed: a statistic; the count itself is exact.
+        self.cap - self.free.load(Ordering::Relaxed)
+    }
+
+    /// The highest [`TokenTable::in_use`] seen at an admission.
+    pub fn peak_in_use(&self) -> usize {
+        // Relaxed: a statistic.
+        self.peak_in_use.load(Ordering::Relaxed)
+    }
+
+    /// Takes a free pool token, if any.
+    pub fn try_pool(&self) -> bool {
+        // SeqCst: part of the register/re-check handshake with `release_pool` (see `register`).
+        let mut free = self.free.load(Ordering::SeqCst);
+        while free > 0 {
+            match self.free.compare_exchange_weak(
+                free,
+                free - 1,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return true,
+                Err(now) => free = now,
+            }
+        }
+        false
+    }
+
+    /// Admits `child` now if a token is free without waiting: its parent's, else the pool's.
+    pub fn try_admit(&self, child: &Lender) -> Option<Admission> {
+        if child.parent.as_ref().is_some_and(|p| p.try_lend()) {
+            child.grant(LOAN);
+            return Some(Admission::Loan);
+        }
+        if self.try_pool() {
+            child.grant(POOL);
+            self.note_pool_admission();
+            return Some(Admission::Pool);
+        }
+        None
+    }
+
+    /// Registers `child`, which [`TokenTable::try_admit`] could not admit, to wait for whichever
+    /// token frees first: its parent's (rule 2) or the pool's. Its ticket must be set.
+    pub fn register(&self, child: &Arc<Lender>) -> Registration {
+        if let Some(parent) = &child.parent {
+            if !parent.register_borrower(child) {
+                return Registration::Admitted;
+            }
+        }
+        self.waiters.push(child.clone());
+        // SeqCst fence: either the re-check below sees a token that a releaser freed, or that
+        // releaser's re-check (after its own fence) sees this registration.
+        fence(Ordering::SeqCst);
+        Registration::Waiting(self.pump())
+    }
+
+    /// Clears what `register` left behind once `child` is admitted: its entry in the parent's
+    /// borrower slot, if a pool token won. Called by the spawner before it spawns again.
+    pub fn settle(&self, child: &Arc<Lender>) {
+        if let Some(parent) = &child.parent {
+            parent.withdraw_borrower(child);
+        }
+    }
+
+    /// The job's body returned: releases its token, unless it is lent out (then it stays parked
+    /// until the loan returns, rule 4). Returns the waiting job that received it, if any.
+    pub fn finish(&self, job: &Lender) -> Option<Arc<Lender>> {
+        // AcqRel: pairs with the loan's return, so exactly one of the two releases the token.
+        let was = job.lending.fetch_or(FINISHED, Ordering::AcqRel);
+        debug_assert_eq!(
+            was & !FLAGS,
+            0,
+            "a job finished with a child waiting to borrow"
+        );
+        if was & LENT != 0 {
+            return None;
+        }
+        self.give_back(job)
+    }
+
+    /// Passes the token of `job`, which holds it unlent and has finished, to where it came from.
+    fn give_back(&self, job: &Lender) -> Option<Arc<Lender>> {
+        let mut job = job;
+        loop {
+            if job.admission.load(Ordering::Relaxed) != LOAN {
+                // Relaxed: the job's own admission, read by the thread that ran it.
+                return self.release_pool();
+            }
+            let parent = job.parent.as_deref().expect("a loan has a lender");
+            match return_loan(parent) {
+                LoanReturn::Passed(child) => return Some(child),
+                LoanReturn::Kept => return None,
+                LoanReturn::ParentFinished => job = parent,
+            }
+        }
+    }
+
+    /// A pool token comes back: straight to the first live waiter, else counted free.
+    pub fn release_pool(&self) -> Option<Arc<Lender>> {
+        if let Some(child) = self.grant_first_waiter() {
+            return Some(child);
+        }
+        // SeqCst: publish the free token before looking at the queue again (see `register`).
+        self.free.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if self.waiters.is_empty() {
+            None
+        } else {
+            self.pump()
+        }
+    }
+
+    /// While a token is free and someone waits, hands one over. Returns the job admitted.
+    fn pump(&self) -> Option<Arc<Lender>> {
+        loop {
+            if !self.try_pool() {
+                return None; // no free token: its holder will pump when it releases it
+            }
+            if let Some(child) = self.grant_first_waiter() {
+                return Some(child);
+            }
+            self.free.fetch_add(1, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            if self.waiters.is_empty() {
+                return None;
+            }
+        }
+    }
+
+    /// Grants the held pool token to the oldest waiter still pending, skipping stale entries.
+    fn grant_first_waiter(&self) -> Option<Arc<Lender>> {
+        while let Some(child) = self.waiters.pop() {
+            if child.grant(POOL) {
+                self.note_pool_admission();
+                return Some(child);
+            }
+        }
+        None
+    }
+
+    fn note_pool_admission(&self) {
+        let in_use = self.in_use();
+        // Relaxed: a statistic; read first so the common case writes nothing.
+        if in_use > self.peak_in_use.load(Ordering::Relaxed) {
+            self.peak_in_use.fetch_max(in_use, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for TokenTable {
+    fn drop(&mut self) {
+        // Drain so that waiters' `Arc`s are released even if a pool is torn down mid-wait.
+        while self.waiters.pop().is_some() {}
+    }
+}
+
+/// What became of a loan that came back to its lender.
+enum LoanReturn {
+    /// Passed straight to the lender's waiting child (rule 3).
+    Passed(Arc<Lender>),
+    /// Back with the lender, which is still running.
+    Kept,
+    /// The lender had finished: its parked token moves on (rule 4).
+    ParentFinished,
+}
+
+/// The child on `parent`'s loan gave it back.
+fn return_loan(parent: &Lender) -> LoanReturn {
+    // Acquire: see a borrower registered with release.
+    let mut s = parent.lending.load(Ordering::Acquire);
+    loop {
+        let borrower = (s & !FLAGS) as *const Lender;
+        if !borrower.is_null() {
+            // Take the borrower out of the slot; the loan stays `LENT`, now to it.
+            // AcqRel: acquire the borrower's ticket; release nothing new.
+            match parent.lending.compare_exchange_weak(
+                s,
+                s & FLAGS,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    // SAFETY: the slot owned one reference (see `register_borrower`), and the
+                    // CAS above moved it to this thread.
+                    let child = unsafe { Arc::from_raw(borrower) };
+                    if child.grant(LOAN) {
+                        return LoanReturn::Passed(child);
+                    }
+                    // Stale: a pool token admitted it first. Look again.
+                    s = parent.lending.load(Ordering::Acquire);
+                }
+                Err(now) => s = now,
+            }
+        } else {
+            // AcqRel: release ends the loan for the next `try_lend`; acquire sees `FINISHED`.
+            match parent.lending.compare_exchange_weak(
+                s,
+                s & !LENT,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) if s & FINISHED != 0 => return LoanReturn::ParentFinished,
+                Ok(_) => return LoanReturn::Kept,
+                Err(now) => s = now,
+            }
+        }
+    }
+}
