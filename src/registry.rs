@@ -125,7 +125,7 @@ impl Registry {
         let lender = match current {
             None => Lender::new(self.id, None, None),
             Some(job) if job.pool() == self.id => Lender::new(self.id, Some(job), None),
-            Some(job) => Lender::new(self.id, job.nearest_in(self.id), Some(job)),
+            Some(job) => Lender::new(self.id, Lender::nearest_in(&job, self.id), Some(job)),
         };
         Arc::new(lender)
     }

@@ -13,7 +13,8 @@
 //! * Per job, a [`Lender`] with one atomic *lending word*: the `LENT` bit (its token is out on
 //!   loan to a child), the `FINISHED` bit (its body has returned), and the address of the one
 //!   child waiting to borrow it (a job spawns from its own thread and each spawn waits for its
-//!   admission, so a job has at most one child waiting at a time). A second atomic,
+//!   admission, so a job has at most one child waiting at a time; when calls from other pools
+//!   make a second one, it waits for a pool token only). A second atomic,
 //!   `admission`, is the job's own state as a waiter: `PENDING`, then `LOAN` or `POOL`, set by a
 //!   single compare-and-swap, so exactly one granter wins and a stale queue entry is skipped.
 //!
@@ -37,11 +38,12 @@
 //! can proceed. `docs/design.md` writes the proof out.
 
 use std::cell::UnsafeCell;
+use std::ptr;
 
 use crossbeam_utils::CachePadded;
 
 use crate::job::Ticket;
-use crate::sync::{fence, Arc, AtomicU8, AtomicUsize, Ordering, WaiterQueue};
+use crate::sync::{fence, Arc, AtomicPtr, AtomicU8, AtomicUsize, Ordering, WaiterQueue};
 
 /// The lending word's bit: the token is out on loan to a child.
 const LENT: usize = 0b01;
@@ -76,6 +78,9 @@ pub struct Lender {
     lending: AtomicUsize,
     /// `PENDING`, `LOAN` or `POOL`; leaves `PENDING` by one compare-and-swap.
     admission: AtomicU8,
+    /// Further children waiting to borrow while the slot in `lending` is taken; allocated on
+    /// first use. Only calls that cross pools make more than one child wait on a job at once.
+    overflow: AtomicPtr<WaiterQueue<Arc<Lender>>>,
     /// The job that spawned this one, in the same pool: the lender of its loan, and the way up.
     parent: Option<Arc<Lender>>,
     /// For a root job started by a job of another pool: that job (the tree crosses pools).
@@ -103,6 +108,7 @@ impl Lender {
         Lender {
             lending: AtomicUsize::new(0),
             admission: AtomicU8::new(PENDING),
+            overflow: AtomicPtr::new(ptr::null_mut()),
             level: parent.as_ref().map_or(1, |p| p.level + 1),
             parent,
             origin,
@@ -132,8 +138,8 @@ impl Lender {
     }
 
     /// The nearest job, this one or an ancestor (across pools too), that belongs to `pool`.
-    pub fn nearest_in(self: &Arc<Self>, pool: usize) -> Option<Arc<Lender>> {
-        let mut cur = self;
+    pub fn nearest_in(this: &Arc<Self>, pool: usize) -> Option<Arc<Lender>> {
+        let mut cur = this;
         loop {
             if cur.pool == pool {
                 return Some(cur.clone());
@@ -188,33 +194,34 @@ impl Lender {
         false
     }
 
-    /// Registers `child` as this job's waiting borrower. Returns `false` when the token came back
-    /// meanwhile and the child took it instead (then `child` is admitted on loan).
-    fn register_borrower(&self, child: &Arc<Lender>) -> bool {
+    /// Registers `child` as this job's waiting borrower, unless the token came back meanwhile
+    /// (then the child takes it) or another child waits for it already.
+    fn register_borrower(&self, child: &Arc<Lender>) -> Borrow {
         let me = Arc::as_ptr(child) as usize;
         // Relaxed first read: the CAS below decides.
         let mut s = self.lending.load(Ordering::Relaxed);
         loop {
-            debug_assert_eq!(s & !FLAGS, 0, "a job has one child waiting at a time");
-            let (next, registered) = if s & LENT == 0 {
-                (s | LENT, false)
+            let next = if s & LENT == 0 {
+                s | LENT
+            } else if s & !FLAGS == 0 {
+                s | me
             } else {
-                (s | me, true)
+                // Another child waits (calls from several jobs of other pools that descend from
+                // this one): this one waits for a pool token only.
+                return Borrow::Busy;
             };
             // AcqRel: release publishes the child (and its ticket) to the loan's returner.
-            match self
-                .lending
-                .compare_exchange_weak(s, next, Ordering::AcqRel, Ordering::Relaxed)
+            match self.lending.compare_exchange_weak(s, next, Ordering::AcqRel, Ordering::Relaxed)
             {
-                Ok(_) if registered => {
-                    // The lending word now owns one reference to the child.
-                    std::mem::forget(child.clone());
-                    return true;
-                }
-                Ok(_) => {
+                Ok(_) if s & LENT == 0 => {
                     let won = child.grant(LOAN);
                     debug_assert!(won, "an unregistered child is granted by nobody else");
-                    return false;
+                    return Borrow::Lent;
+                }
+                Ok(_) => {
+                    // The lending word now owns one reference to the child.
+                    std::mem::forget(child.clone());
+                    return Borrow::Registered;
                 }
                 Err(now) => s = now,
             }
@@ -246,12 +253,113 @@ impl Lender {
     }
 }
 
+impl Lender {
+    /// The overflow queue, allocated on first use.
+    fn overflow_queue(&self) -> &WaiterQueue<Arc<Lender>> {
+        // Acquire: see the queue a racing installer published.
+        let mut queue = self.overflow.load(Ordering::Acquire);
+        if queue.is_null() {
+            let fresh = Box::into_raw(Box::new(WaiterQueue::new()));
+            // AcqRel: publish ours, or acquire the one that won.
+            queue = match self.overflow.compare_exchange(
+                ptr::null_mut(),
+                fresh,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => fresh,
+                Err(installed) => {
+                    // SAFETY: `fresh` was never published.
+                    drop(unsafe { Box::from_raw(fresh) });
+                    installed
+                }
+            };
+        }
+        // SAFETY: once installed, the queue lives as long as the lender.
+        unsafe { &*queue }
+    }
+
+    /// Grants the loan (held by the caller) to the oldest live child in the overflow queue.
+    fn grant_overflow(&self) -> Option<Arc<Lender>> {
+        // Acquire: see a queue installed by a registering child.
+        let queue = self.overflow.load(Ordering::Acquire);
+        if queue.is_null() {
+            return None;
+        }
+        // SAFETY: an installed queue lives as long as the lender.
+        let queue = unsafe { &*queue };
+        while let Some(child) = queue.pop() {
+            if child.grant(LOAN) {
+                return Some(child);
+            }
+        }
+        None
+    }
+
+    /// Whether a child may wait in the overflow queue.
+    fn overflow_waiting(&self) -> bool {
+        // Acquire: as in `grant_overflow`.
+        let queue = self.overflow.load(Ordering::Acquire);
+        // SAFETY: as in `grant_overflow`.
+        !queue.is_null() && !unsafe { &*queue }.is_empty()
+    }
+
+    /// After a child registered in the overflow queue, or a loan came back with one there: while
+    /// the token is free and a child waits, hands the loan over. Returns the child admitted.
+    fn pump_loan(&self) -> Option<Arc<Lender>> {
+        loop {
+            if !self.try_lend() {
+                return None; // lent: its return passes it on
+            }
+            match return_loan(self) {
+                LoanReturn::Passed(child) => return Some(child),
+                LoanReturn::Kept => {}
+                LoanReturn::ParentFinished => unreachable!("a running job lends"),
+            }
+            // `return_loan` cleared the loan; look once more, as it did not re-check.
+            // SeqCst fence: as in `give_back`.
+            fence(Ordering::SeqCst);
+            if !self.overflow_waiting() {
+                return None;
+            }
+        }
+    }
+
+    /// Empties the overflow queue (its children fall back to the pool queue, rule 4), so that
+    /// no child keeps its finished parent alive through it.
+    fn drain_overflow(&self) {
+        // Acquire: as in `grant_overflow`.
+        let queue = self.overflow.load(Ordering::Acquire);
+        if !queue.is_null() {
+            // SAFETY: as in `grant_overflow`.
+            while unsafe { &*queue }.pop().is_some() {}
+        }
+    }
+}
+
 impl Drop for Lender {
     fn drop(&mut self) {
         // Relaxed: `&mut self` means no other thread holds the lender.
-        let borrower = *self.lending.get_mut() & !FLAGS;
+        let borrower = self.lending.load(Ordering::Relaxed) & !FLAGS;
         debug_assert_eq!(borrower, 0, "a lender dropped with a borrower registered");
+        // Relaxed: as above.
+        let overflow = self.overflow.load(Ordering::Relaxed);
+        if !overflow.is_null() {
+            // SAFETY: installed by `overflow_queue` from `Box::into_raw`, freed only here.
+            drop(unsafe { Box::from_raw(overflow) });
+        }
     }
+}
+
+/// The outcome of [`Lender::register_borrower`].
+#[derive(PartialEq, Eq)]
+enum Borrow {
+    /// The token was free after all: the child is admitted on loan.
+    Lent,
+    /// The child waits in the lender's borrower slot.
+    Registered,
+    /// Another child holds the slot.
+    Busy,
 }
 
 /// The outcome of [`TokenTable::register`].
@@ -340,16 +448,23 @@ impl TokenTable {
     /// Registers `child`, which [`TokenTable::try_admit`] could not admit, to wait for whichever
     /// token frees first: its parent's (rule 2) or the pool's. Its ticket must be set.
     pub fn register(&self, child: &Arc<Lender>) -> Registration {
+        let mut busy_parent = None;
         if let Some(parent) = &child.parent {
-            if !parent.register_borrower(child) {
-                return Registration::Admitted;
+            match parent.register_borrower(child) {
+                Borrow::Lent => return Registration::Admitted,
+                Borrow::Registered => {}
+                Borrow::Busy => {
+                    parent.overflow_queue().push(child.clone());
+                    busy_parent = Some(parent);
+                }
             }
         }
         self.waiters.push(child.clone());
-        // SeqCst fence: either the re-check below sees a token that a releaser freed, or that
+        // SeqCst fence: either the re-checks below see a token that a releaser freed, or that
         // releaser's re-check (after its own fence) sees this registration.
         fence(Ordering::SeqCst);
-        Registration::Waiting(self.pump())
+        let granted = busy_parent.and_then(|parent| parent.pump_loan());
+        Registration::Waiting(granted.or_else(|| self.pump()))
     }
 
     /// Clears what `register` left behind once `child` is admitted: its entry in the parent's
@@ -370,6 +485,7 @@ impl TokenTable {
             0,
             "a job finished with a child waiting to borrow"
         );
+        job.drain_overflow();
         if was & LENT != 0 {
             return None;
         }
@@ -387,7 +503,15 @@ impl TokenTable {
             let parent = job.parent.as_deref().expect("a loan has a lender");
             match return_loan(parent) {
                 LoanReturn::Passed(child) => return Some(child),
-                LoanReturn::Kept => return None,
+                LoanReturn::Kept => {
+                    // SeqCst fence: a child that registered in the overflow queue meanwhile is
+                    // seen here, or it sees the loan back (its fence in `register`).
+                    fence(Ordering::SeqCst);
+                    return match parent.overflow_waiting() {
+                        true => parent.pump_loan(),
+                        false => None,
+                    };
+                }
                 LoanReturn::ParentFinished => job = parent,
             }
         }
@@ -489,12 +613,18 @@ fn return_loan(parent: &Lender) -> LoanReturn {
                 }
                 Err(now) => s = now,
             }
+        } else if let Some(child) = (s & FINISHED == 0)
+            .then(|| parent.grant_overflow())
+            .flatten()
+        {
+            return LoanReturn::Passed(child);
         } else {
-            // AcqRel: release ends the loan for the next `try_lend`; acquire sees `FINISHED`.
+            // SeqCst: ends the loan for the next `try_lend`, and orders this store before the
+            // overflow re-check in `return_loan_kept` (the handshake with `register`'s fence).
             match parent.lending.compare_exchange_weak(
                 s,
                 s & !LENT,
-                Ordering::AcqRel,
+                Ordering::SeqCst,
                 Ordering::Acquire,
             ) {
                 Ok(_) if s & FINISHED != 0 => return LoanReturn::ParentFinished,
