@@ -228,9 +228,11 @@ for t in threads:
         seq, tp1, ry1 = (median_ns(g, f) for f in ("sequential", "treepool_1t", "rayon_1t"))
         per = lambda x: None if x is None or seq is None else (x - seq) / nodes
         ptp, pry = per(tp1), per(ry1)
+        # A negative overhead means the sequential run was slowed by noise (other load).
+        fj = lambda x: "—" if x is None else (f"{x:.2f}" if x >= 0 else f"{x:.2f} (noise)")
+        rr = fmt_ratio(ratio(ptp, pry)) if ptp is not None and ptp >= 0 else "—"
         w(f"| {nodes:,} | {t} | {fmt_ns(seq)} | {fmt_ns(tp1)} | {fmt_ns(ry1)} | "
-          f"{'—' if ptp is None else f'{ptp:.2f}'} | {'—' if pry is None else f'{pry:.2f}'} | "
-          f"{fmt_ratio(ratio(ptp, pry))} |")
+          f"{fj(ptp)} | {fj(pry)} | {rr} |")
 w("")
 
 # 2. fib
