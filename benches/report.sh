@@ -1,0 +1,379 @@
+#!/usr/bin/env bash
+# Runs treepool's benchmark suite (issue 4) and regenerates docs/benchmarks.md.
+#
+#   benches/report.sh                      # full run (criterion defaults), both thread settings
+#   TREEPOOL_BENCH_QUICK=1 benches/report.sh   # smoke run: ~0.25 s per function, 1 memory run
+#   TREEPOOL_REPORT_SKIP_RUN=1 benches/report.sh   # only rebuild the doc from existing results
+#
+# Environment:
+#   TREEPOOL_BENCH_QUICK=1          short warm-up/measurement (criterion) and 1 untimed memory run
+#   TREEPOOL_REPORT_THREADS="2 max" thread settings to run (numbers or `max` =
+#                                   available_parallelism; duplicates dropped)
+#   TREEPOOL_BENCH_CAPS=1,2,4,8,16,64  max_inflight sweep for the indexer and producer ("" = none)
+#   TREEPOOL_BENCH_CAP=N            max_inflight of the treepool under test (default: builder's)
+#   TREEPOOL_BENCH_MEM_RUNS=N       untimed runs per memory figure (default 3; 1 when quick)
+#   TREEPOOL_BENCH_IDLE_SECS=S      idle window of the idle bench (default 1.0)
+#   TREEPOOL_REPORT_BENCHES="..."   subset of: join_tree fib quicksort scope_fanout indexer
+#                                   producer idle (default: all)
+#   TREEPOOL_REPORT_CRITERION_ARGS  extra arguments for criterion (e.g. "--sample-size 20")
+#   TREEPOOL_REPORT_OUT=path        output file (default docs/benchmarks.md)
+#
+# Results come from target/criterion/<group>/<function>/new/estimates.json (median) and
+# target/treepool-bench/*.json (memory, idle and sweep figures written by the bench binaries).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+all_benches="join_tree fib quicksort scope_fanout indexer producer idle"
+benches="${TREEPOOL_REPORT_BENCHES:-$all_benches}"
+out="${TREEPOOL_REPORT_OUT:-docs/benchmarks.md}"
+quick="${TREEPOOL_BENCH_QUICK:-0}"
+[[ "$quick" == "0" ]] && quick=""
+export TREEPOOL_BENCH_CAPS="${TREEPOOL_BENCH_CAPS-1,2,4,8,16,64}"
+if [[ -n "$quick" ]]; then
+    export TREEPOOL_BENCH_QUICK=1
+    export TREEPOOL_BENCH_MEM_RUNS="${TREEPOOL_BENCH_MEM_RUNS:-1}"
+fi
+
+avail="$(nproc)"
+threads=()
+for t in ${TREEPOOL_REPORT_THREADS:-2 max}; do
+    [[ "$t" == "max" || "$t" == "0" ]] && t="$avail"
+    [[ " ${threads[*]-} " == *" $t "* ]] || threads+=("$t")
+done
+
+target_dir="$(cargo metadata --format-version 1 --no-deps |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+started="$(date +%s)"
+
+if [[ -z "${TREEPOOL_REPORT_SKIP_RUN:-}" ]]; then
+    cargo bench --no-run
+    for t in "${threads[@]}"; do
+        for b in $benches; do
+            echo "=== $b, $t threads${quick:+ (quick)}" >&2
+            # shellcheck disable=SC2086
+            TREEPOOL_BENCH_THREADS="$t" cargo bench -q --bench "$b" -- \
+                ${TREEPOOL_REPORT_CRITERION_ARGS:-}
+        done
+    done
+else
+    started=0
+fi
+
+mkdir -p "$(dirname "$out")"
+REPORT_TARGET="$target_dir" REPORT_THREADS="${threads[*]}" REPORT_QUICK="$quick" \
+REPORT_STARTED="$started" REPORT_AVAIL="$avail" REPORT_OUT="$out" REPORT_BENCHES="$benches" \
+python3 - <<'PY'
+import datetime
+import json
+import os
+import pathlib
+import platform
+import re
+import subprocess
+
+target = pathlib.Path(os.environ["REPORT_TARGET"])
+crit = target / "criterion"
+figs = target / "treepool-bench"
+threads = [int(t) for t in os.environ["REPORT_THREADS"].split()]
+quick = bool(os.environ["REPORT_QUICK"])
+started = int(os.environ["REPORT_STARTED"])
+out = pathlib.Path(os.environ["REPORT_OUT"])
+stale_seen = []
+
+
+def median_ns(group, func):
+    p = crit / group / func / "new" / "estimates.json"
+    if not p.exists():
+        return None
+    if p.stat().st_mtime < started:
+        stale_seen.append(f"{group}/{func}")
+    return json.loads(p.read_text())["median"]["point_estimate"]
+
+
+def rows(name, t):
+    p = figs / f"{name}_t{t}.json"
+    if not p.exists():
+        return []
+    if p.stat().st_mtime < started:
+        stale_seen.append(p.name)
+    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+
+
+def fmt_ns(ns):
+    if ns is None:
+        return "—"
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:.3g} {unit}" if ns / scale < 100 else f"{ns / scale:.1f} {unit}"
+    return f"{ns:.3g} ns"
+
+
+def fmt_bytes(b):
+    if b is None:
+        return "—"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= scale:
+            return f"{b / scale:.1f} {unit}"
+    return f"{b} B"
+
+
+def ratio(a, b):
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def fmt_ratio(r):
+    return "—" if r is None else f"{r:.2f}"
+
+
+def verdict(ok):
+    return "—" if ok is None else ("met" if ok else "**missed**")
+
+
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            key, _, val = line.partition(":")
+            if key.strip() in ("model name", "Model", "cpu model"):
+                return val.strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def cmd(*args):
+    try:
+        return subprocess.run(args, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+logical = os.cpu_count()
+try:
+    cores, phys, core = set(), "0", None
+    for l in open("/proc/cpuinfo"):
+        k, _, v = l.partition(":")
+        if k.strip() == "physical id":
+            phys = v.strip()
+        elif k.strip() == "core id":
+            cores.add((phys, v.strip()))
+    physical = len(cores) or None
+except OSError:
+    physical = None
+
+md = []
+w = md.append
+w("# treepool benchmarks\n")
+w("Regenerate this file with `benches/report.sh` (it runs every bench target in `benches/`, "
+  "then rewrites this file). `TREEPOOL_BENCH_QUICK=1 benches/report.sh` is a smoke run with "
+  "very short measurement times; `TREEPOOL_REPORT_SKIP_RUN=1` rebuilds the file from the last "
+  "results; `TREEPOOL_REPORT_THREADS=\"2 max\"` picks the pool sizes (`max` = "
+  "`nproc`), `TREEPOOL_BENCH_CAPS=1,2,4,8,16,64` the `max_inflight` sweep. "
+  "Single workloads: `cargo bench --bench <name>` with `join_tree`, `fib`, `quicksort`, "
+  "`scope_fanout`, `indexer`, `producer`, `idle`; the thread count comes from "
+  "`TREEPOOL_BENCH_THREADS` (default 2). See the header of `benches/report.sh` for every knob.\n")
+w("Times are criterion medians (`target/criterion/<group>/<function>/new/estimates.json`). Both "
+  "pools have the same number of workers, are built once per group and run the work through "
+  "`pool.install`. Memory figures come from separate untimed runs on fresh pools "
+  "(`target/treepool-bench/*.json`): *peak alive* is a user-side count of live 100 KB buffers, "
+  "*peak heap* the peak of a counting global allocator above the level before the run.\n")
+w(f"- Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}")
+w(f"- Machine: {cpu_model()}; {logical} logical CPUs"
+  + (f" ({physical} physical cores)" if physical else "")
+  + f", `nproc` = {os.environ['REPORT_AVAIL']}"
+  + f"; {platform.system()} {platform.release()}")
+w(f"- Toolchain: {cmd('rustc', '--version')}; commit {cmd('git', 'rev-parse', '--short', 'HEAD')}")
+w(f"- Mode: {'QUICK smoke run (short measurement, not for decisions)' if quick else 'full'}; "
+  f"pool sizes: {', '.join(str(t) for t in threads)} threads")
+w("")
+
+
+def time_table(title, target, groups, check):
+    """groups: [(label, group_base[, has_target])]; check(ratio) -> verdict text."""
+    w(f"## {title}\n")
+    w(f"Target: {target}\n")
+    w("| workload | threads | treepool | rayon | treepool/rayon | target |")
+    w("|---|---:|---:|---:|---:|---|")
+    for t in threads:
+        for label, base, *has_target in groups:
+            g = f"{base}_t{t}"
+            tp, ry = median_ns(g, "treepool"), median_ns(g, "rayon")
+            r = ratio(tp, ry)
+            v = check(r) if r is not None and (not has_target or has_target[0]) else "—"
+            w(f"| {label} | {t} | {fmt_ns(tp)} | {fmt_ns(ry)} | {fmt_ratio(r)} | {v} |")
+    w("")
+
+
+def le(limit):
+    return lambda r: verdict(r <= limit)
+
+
+# 1. Join overhead
+time_table("1. Join overhead: binary tree sum, one join per node",
+           "treepool/rayon ≤ 1.00",
+           [("tree 1,023 nodes", "join_tree_1023"), ("tree 2^20−1 nodes", "join_tree_1048575"),
+            ("install round-trip (`pool.install` of an empty closure; no target)", "install_roundtrip",
+             False)],
+           le(1.00))
+w("The tree sums are timed inside one `install` per sample, so the install round-trip (its own "
+  "row above) is not in them. Per-join overhead = (1-thread pool time − sequential time) / "
+  "joins, joins = nodes (leaves join two empty halves).\n")
+w("| nodes | group threads | sequential | treepool 1 thread | rayon 1 thread | "
+  "treepool ns/join | rayon ns/join | treepool/rayon |")
+w("|---:|---:|---:|---:|---:|---:|---:|---:|")
+for t in threads:
+    for nodes in (1023, 1048575):
+        g = f"join_tree_{nodes}_t{t}"
+        seq, tp1, ry1 = (median_ns(g, f) for f in ("sequential", "treepool_1t", "rayon_1t"))
+        per = lambda x: None if x is None or seq is None else (x - seq) / nodes
+        ptp, pry = per(tp1), per(ry1)
+        # A negative overhead means the sequential run was slowed by noise (other load).
+        fj = lambda x: "—" if x is None else (f"{x:.2f}" if x >= 0 else f"{x:.2f} (noise)")
+        rr = fmt_ratio(ratio(ptp, pry)) if ptp is not None and ptp >= 0 else "—"
+        w(f"| {nodes:,} | {t} | {fmt_ns(seq)} | {fmt_ns(tp1)} | {fmt_ns(ry1)} | "
+          f"{fj(ptp)} | {fj(pry)} | {rr} |")
+w("")
+
+# 2. fib
+time_table("2. fib by join, no cutoff", "treepool/rayon ≤ 1.00",
+           [("fib(25)", "fib_25"), ("fib(30)", "fib_30")], le(1.00))
+
+# 3. quicksort
+time_table("3. Quicksort of 1M random u32 by join (cutoff 1,000 → sort_unstable)",
+           "treepool/rayon ≤ 1.00", [("quicksort 1M", "quicksort_1m")], le(1.00))
+
+
+# 4. scope fan-out
+def fanout_check(r):
+    return "met" if r <= 1.00 else ("met only with a profile (≤ 1.10)" if r <= 1.10 else "**missed**")
+
+
+time_table("4. Scope fan-out", "treepool/rayon ≤ 1.00 (≤ 1.10 with a profile explaining it)",
+           [("100k tiny spawns in one scope", "scope_flat_100k"),
+            ("1,000 spawns × 100 spawns each", "scope_nested_1000x100")], fanout_check)
+
+
+def main_rows(name, t):
+    rs = [r for r in rows(name, t) if r.get("kind") == "main"]
+    return (next((r for r in rs if r["pool"] == "treepool"), None),
+            next((r for r in rs if r["pool"] == "rayon"), None))
+
+
+def mem_section(title, name, group, target, alive_label, alive_limit, heap_pct_limit):
+    w(f"## {title}\n")
+    w(f"Target: {target}\n")
+    w(f"| threads | max_inflight | treepool time | rayon time | treepool/rayon | "
+      f"{alive_label} treepool | {alive_label} rayon | peak heap treepool | peak heap rayon | "
+      f"heap treepool/rayon | target |")
+    w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for t in threads:
+        g = f"{group}_t{t}"
+        tp, ry = median_ns(g, "treepool"), median_ns(g, "rayon")
+        r = ratio(tp, ry)
+        mt, mr = main_rows(name, t)
+        cap = mt["max_inflight"] if mt else None
+        checks = [None if r is None else r <= 1.00]
+        if mt and cap is not None:
+            checks.append(mt["peak_alive"] <= alive_limit(cap))
+        hr = ratio(mt["peak_heap_bytes"], mr["peak_heap_bytes"]) if mt and mr else None
+        if heap_pct_limit is not None:
+            checks.append(None if hr is None else hr <= heap_pct_limit / 100)
+        known = [c for c in checks if c is not None]
+        v = verdict(all(known)) if known else "—"
+        if v == "met" and len(known) < len(checks):
+            v = "met (partial data)"
+        w(f"| {t} | {cap if cap is not None else '—'} | {fmt_ns(tp)} | {fmt_ns(ry)} | "
+          f"{fmt_ratio(r)} | {mt['peak_alive'] if mt else '—'} | {mr['peak_alive'] if mr else '—'} | "
+          f"{fmt_bytes(mt['peak_heap_bytes'] if mt else None)} | "
+          f"{fmt_bytes(mr['peak_heap_bytes'] if mr else None)} | "
+          f"{'—' if hr is None else f'{100 * hr:.1f}%'} | {v} |")
+    w("")
+    if any(main_rows(name, t)[0] for t in threads):
+        w("treepool's stats in the untimed run:\n")
+        w("| threads | max_inflight | peak_inflight | peak_executing | peak_depth | on loan | "
+          "from pool | admission waits | steals | untimed median |")
+        w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for t in threads:
+            mt, _ = main_rows(name, t)
+            if mt:
+                w(f"| {t} | {mt['max_inflight']} | {mt['peak_inflight']} | {mt['peak_executing']} | "
+                  f"{mt['peak_depth']} | {mt['admitted_on_loan']} | {mt['admitted_from_pool']} | "
+                  f"{mt['admission_waits']} | {mt['steals']} | {fmt_ns(mt['median_ns'])} |")
+        w("")
+
+
+mem_section("5. The seed's indexer: 2,000 files × 100 KB, 2 chunk jobs each", "indexer",
+            "indexer_2000x100k",
+            "treepool/rayon ≤ 1.00 and peak files in flight ≤ max_inflight",
+            "peak files", lambda cap: cap, None)
+mem_section("6. Producer loop: 2,000 items × 100 KB spawned from one scope", "producer",
+            "producer_2000x100k",
+            "peak items alive ≤ max_inflight + 1, peak heap ≤ 5% of rayon's, "
+            "treepool/rayon ≤ 1.00",
+            "peak items", lambda cap: cap + 1, 5.0)
+
+# 7. idle
+w("## 7. Idle CPU after a burst of work\n")
+w("Target: treepool burns no more CPU than rayon (`getrusage(RUSAGE_SELF)` user + sys over the "
+  "idle window right after the burst; `none` is the same window with no pool).\n")
+w("| threads | window | none | treepool | rayon | target |")
+w("|---:|---:|---:|---:|---:|---|")
+for t in threads:
+    rs = {r["pool"]: r for r in rows("idle", t)}
+    if not rs:
+        w(f"| {t} | — | — | — | — | — |")
+        continue
+    get = lambda p: rs[p]["cpu_ms"] if p in rs else None
+    tp, ry, none = get("treepool"), get("rayon"), get("none") or 0.0
+    if tp is None or ry is None:
+        v = "—"
+    elif tp <= ry:
+        v = "met"
+    elif tp <= ry + max(1.0, none):
+        v = "met (within noise)"
+    else:
+        v = "**missed**"
+    f = lambda x: "—" if x is None else f"{x:.2f} ms"
+    win = rs.get("treepool", rs.get("none"))["window_s"]
+    w(f"| {t} | {win:.2f} s | {f(get('none'))} | {f(tp)} | {f(ry)} | {v} |")
+w("")
+
+# sweep
+w("## max_inflight sweep (indexer and producer)\n")
+w("Untimed runs on fresh treepool pools (median of the memory runs), rayon for reference: "
+  "choose the default cap from throughput against memory.\n")
+any_sweep = False
+for name, label in (("indexer", "peak files"), ("producer", "peak items")):
+    for t in threads:
+        rs = rows(name, t)
+        sweep = sorted((r for r in rs if r.get("kind") == "sweep"), key=lambda r: r["max_inflight"])
+        if not sweep:
+            continue
+        any_sweep = True
+        _, mr = main_rows(name, t)
+        w(f"### {name}, {t} threads\n")
+        w(f"| max_inflight | time | time vs rayon | {label} | peak heap | heap vs rayon | "
+          f"peak_inflight | admission waits | steals |")
+        w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for r in sweep:
+            tr = ratio(r["median_ns"], mr["median_ns"]) if mr else None
+            hr = ratio(r["peak_heap_bytes"], mr["peak_heap_bytes"]) if mr else None
+            w(f"| {r['max_inflight']} | {fmt_ns(r['median_ns'])} | {fmt_ratio(tr)} | "
+              f"{r['peak_alive']} | {fmt_bytes(r['peak_heap_bytes'])} | "
+              f"{'—' if hr is None else f'{100 * hr:.1f}%'} | {r['peak_inflight']} | "
+              f"{r['admission_waits']} | {r['steals']} |")
+        if mr:
+            w(f"| rayon | {fmt_ns(mr['median_ns'])} | 1.00 | {mr['peak_alive']} | "
+              f"{fmt_bytes(mr['peak_heap_bytes'])} | 100.0% | — | — | — |")
+        w("")
+if not any_sweep:
+    w("No sweep results (set `TREEPOOL_BENCH_CAPS`).\n")
+
+if stale_seen:
+    w("> Note: these results predate this run (left from an earlier one): "
+      + ", ".join(sorted(set(stale_seen))) + "\n")
+
+out.write_text("\n".join(md).rstrip() + "\n")
+print(f"wrote {out}")
+PY
