@@ -78,7 +78,11 @@ struct Args {
     #[arg(long, default_value_t = 2000)]
     files: usize,
     /// Bytes each file holds while it is in flight.
-    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
+    #[arg(
+        long,
+        default_value_t = 100_000,
+        value_parser = clap::value_parser!(u64).range(0..=100_000_000)
+    )]
     file_bytes: u64,
     /// Chunk jobs per file.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]

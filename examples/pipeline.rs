@@ -52,7 +52,11 @@ struct Args {
     #[arg(long, default_value_t = 42)]
     seed: u64,
     /// Words in the vocabulary.
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    #[arg(
+        long,
+        default_value_t = 10_000,
+        value_parser = clap::value_parser!(u64).range(1..=10_000_000)
+    )]
     vocab: u64,
     /// Words to list, most frequent first.
     #[arg(long, default_value_t = 10)]
