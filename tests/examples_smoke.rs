@@ -97,7 +97,7 @@ fn designs_hold_is_stuck_and_lend_stays_under_the_cap() {
             "--chunk-us",
             "200",
             "--stuck-ms",
-            "500",
+            "1000",
             "--threads",
             "2",
         ],
