@@ -90,8 +90,15 @@
 //! * `--check` follows b3sum's format: `PATH: OK`, `PATH: FAILED`, or
 //!   `PATH: FAILED (reason)` on stdout with PATH as written in the list (an
 //!   escaped line keeps its leading `\`), unparsable lines as `dirhash: reason`
-//!   on stderr, and `dirhash: WARNING: N computed checksum(s) did NOT match` on
-//!   stderr at the end when something failed; the exit code is then 1.
+//!   on stderr (b3sum's reasons: `Short line`, `Invalid hex`, ...), and
+//!   `dirhash: WARNING: N computed checksum(s) did NOT match` on stderr at the
+//!   end when something failed (as b3sum >= 1.4 does); the exit code is then 1.
+//!   The listed files are hashed in parallel (one job each) and reported in the
+//!   list's order. Two deliberate differences from b3sum: a listed path `-` is
+//!   a file named `-`, not stdin, and a line that is not UTF-8 fails on its own
+//!   (`Invalid UTF-8 in line`) instead of aborting the whole list. A listed
+//!   FIFO or device fails (`not a regular file`) instead of blocking. Listed
+//!   paths are opened following symlinks, as b3sum does.
 //!
 //! # Bad input
 //!
@@ -343,7 +350,8 @@ impl Ctx {
     fn file_done(&self) {
         let n = self.files.fetch_add(1, Ordering::Relaxed) + 1;
         if let Some(pb) = &self.progress {
-            if n % 64 == 0 {
+            // Cheap enough for every file at first, then every 64th.
+            if n < 64 || n % 64 == 0 {
                 pb.set_message(format!("{n} files"));
             }
         }
@@ -487,7 +495,7 @@ fn hash_small(ctx: &Ctx, file: &File, len: u64) -> io::Result<Hash> {
 
 fn hash_source<'s, S: Spawner<'s>>(ctx: &Ctx, src: &Source, len: u64) -> io::Result<Hash> {
     if len <= ctx.piece || len <= blake3::CHUNK_LEN as u64 {
-        let hash = src.with_range(0, len, |bytes| blake3::hash(bytes))?;
+        let hash = src.with_range(0, len, blake3::hash)?;
         ctx.add_bytes(len as usize);
         return Ok(hash);
     }
@@ -631,16 +639,14 @@ fn write_line(out: &mut impl Write, path: &[u8], hash: &Hash) -> io::Result<()> 
 }
 
 /// Writes the sorted results; a closed pipe just stops the output.
-fn print_results(ctx: &Ctx, mut results: Vec<(Vec<u8>, Hash)>) -> io::Result<()> {
+fn print_results(mut results: Vec<(Vec<u8>, Hash)>) -> io::Result<()> {
     results.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let stdout = io::stdout();
     let mut out = BufWriter::with_capacity(64 * 1024, stdout.lock());
     for (path, hash) in &results {
         write_line(&mut out, path, hash)?;
     }
-    out.flush()?;
-    let _ = ctx;
-    Ok(())
+    out.flush()
 }
 
 // ---------------------------------------------------------------------------
@@ -914,7 +920,8 @@ fn print_stats(pool: &Pool, ctx: &Ctx, args: &Args, elapsed: Duration) {
     let bytes = ctx.bytes.load(Ordering::Relaxed);
     let secs = elapsed.as_secs_f64().max(1e-9);
     let mut msg = format!(
-        "{NAME}: {files} files, {bytes} bytes in {secs:.3} s ({:.1} MiB/s), piece size {} bytes{}\n",
+        "{NAME}: {files} file{}, {bytes} bytes in {secs:.3} s ({:.1} MiB/s), piece size {} bytes{}\n",
+        if files == 1 { "" } else { "s" },
         bytes as f64 / secs / (1 << 20) as f64,
         ctx.piece,
         if args.mmap { ", mmap" } else { "" },
@@ -922,10 +929,16 @@ fn print_stats(pool: &Pool, ctx: &Ctx, args: &Args, elapsed: Duration) {
     match pool {
         Pool::Treepool(p) => {
             let st = p.stats();
+            let threads = p.current_num_threads();
+            let cap = p.max_inflight();
+            // The documented bound on read buffers (see the module doc, "Memory").
+            let jobs = threads.min(cap.saturating_mul(st.peak_depth.max(1)));
             msg += &format!(
-                "{NAME}: treepool: threads {} max_inflight {}\n{NAME}: stats: {st:?}\n",
-                p.current_num_threads(),
-                p.max_inflight(),
+                "{NAME}: treepool: threads {threads} max_inflight {cap}\n\
+                 {NAME}: stats: {st:?}\n\
+                 {NAME}: read buffers <= piece_size x min(threads, max_inflight x levels) = {} x {jobs} = {} KiB\n",
+                ctx.piece,
+                ctx.piece.saturating_mul(jobs as u64) / 1024,
             );
         }
         Pool::Rayon(p) => {
@@ -976,7 +989,7 @@ fn main() -> ExitCode {
             pb.finish_and_clear();
         }
         let results = std::mem::take(&mut *ctx.results.lock().unwrap_or_else(|e| e.into_inner()));
-        print_results(&ctx, results)
+        print_results(results)
     };
     if let Err(e) = written {
         if e.kind() != io::ErrorKind::BrokenPipe {
