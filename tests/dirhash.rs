@@ -466,6 +466,13 @@ fn path_spelling_follows_find() {
         expected(&tmp.path().join("tree/sub/deeper"), &[b"."])
     );
     assert!(String::from_utf8_lossy(&r.stdout).contains("  ./small-00\n"));
+    // A symlink to a directory, spelled with a trailing slash, is walked
+    // (the kernel resolves `link/`), as `find link/ -type f` does.
+    symlink("tree/sub/deeper", tmp.path().join("dirlink")).unwrap();
+    let r = run(tmp.path(), &["dirlink/"]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert_eq!(r.stdout, expected(tmp.path(), &[b"dirlink/"]));
+    assert!(String::from_utf8_lossy(&r.stdout).contains("  dirlink/small-00\n"));
     // A FIFO or a symlink as PATH lists nothing, like find, and never blocks.
     let r = run(tmp.path(), &["tree/fifo", "tree/self", "tree/link-to-file"]);
     assert_eq!((r.code, r.stdout.len()), (Some(0), 0), "{}", r.stderr);
@@ -662,5 +669,110 @@ fn bounded_rss_192mb_file() {
             "peak RSS {} KiB is not under 100 MiB",
             r.maxrss_kib
         );
+    }
+}
+
+/// A file that holds fewer bytes than `fstat` said when it was opened is
+/// reported, not mis-hashed. sysfs files are exactly that (size 4096, a few
+/// bytes of content), which makes the "shrank mid-read" path deterministic.
+#[test]
+fn file_shorter_than_its_size_is_reported() {
+    let f = Path::new("/sys/devices/system/cpu/online");
+    let (Ok(meta), Ok(data)) = (fs::metadata(f), fs::read(f)) else {
+        eprintln!("SKIPPED: {} is not readable here", f.display());
+        return;
+    };
+    if meta.len() <= 1024 || data.len() >= 1024 {
+        eprintln!(
+            "SKIPPED: {} does not under-deliver its size here",
+            f.display()
+        );
+        return;
+    }
+    let cwd = std::env::temp_dir();
+    // Within one piece the file is read to its end, like b3sum does.
+    let r = run(&cwd, &[f.to_str().unwrap()]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout),
+        format!("{}  {}\n", blake3::hash(&data).to_hex(), f.display())
+    );
+    // Split into pieces, the missing bytes are an error with the path.
+    let r = run(&cwd, &["--piece-size", "1024", f.to_str().unwrap()]);
+    assert_eq!(r.code, Some(1));
+    assert_eq!(r.stdout, b"");
+    assert_eq!(
+        r.stderr,
+        format!(
+            "dirhash: {}: file shrank while it was being hashed\n",
+            f.display()
+        )
+    );
+}
+
+/// Reads one `name: value` field out of the `--stats` line `Stats { .. }`.
+fn stat_field(stderr: &str, name: &str) -> u64 {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("Stats {"))
+        .unwrap_or_else(|| panic!("no Stats line in:\n{stderr}"));
+    let at = line
+        .find(&format!(" {name}: "))
+        .unwrap_or_else(|| panic!("no field {name} in {line}"));
+    let rest = &line[at + name.len() + 3..];
+    let end = rest.find([',', ' ', '}']).unwrap_or(rest.len());
+    rest[..end].parse().expect("numeric stat")
+}
+
+/// A wide directory and a deep chain under one token: must finish (the pool's
+/// admission must not deadlock the walk), print the right hashes, and the
+/// pool's own Stats must respect B1 and B2 and be back to idle (B4).
+#[test]
+fn wide_and_deep_tree_under_one_token() {
+    let tmp = TempDir::new("wide");
+    let root = tmp.path().join("tree");
+    fs::create_dir_all(root.join("wide")).unwrap();
+    for i in 0..1500 {
+        fs::write(root.join(format!("wide/{i:04}")), i.to_string()).unwrap();
+    }
+    let mut deep = root.join("deep");
+    for level in 0..60 {
+        fs::create_dir_all(&deep).unwrap();
+        fs::write(deep.join("f"), level.to_string()).unwrap();
+        deep.push("d");
+    }
+    fs::write(root.join("big"), vec![3u8; 200_000]).unwrap();
+    let want = expected(tmp.path(), &[b"tree"]);
+    for cap in ["1", "2"] {
+        let r = run(
+            tmp.path(),
+            &[
+                "--threads",
+                "2",
+                "--max-inflight",
+                cap,
+                "--piece-size",
+                "4K",
+                "--stats",
+                "tree",
+            ],
+        );
+        assert_eq!(r.code, Some(0), "{}", r.stderr);
+        assert_eq!(r.stdout, want);
+        let cap: u64 = cap.parse().unwrap();
+        let depth = stat_field(&r.stderr, "peak_depth");
+        assert!(
+            stat_field(&r.stderr, "peak_executing") <= cap,
+            "B1: {}",
+            r.stderr
+        );
+        assert!(
+            stat_field(&r.stderr, "peak_inflight") <= cap * depth.max(1),
+            "B2: {}",
+            r.stderr
+        );
+        for idle in ["inflight", "executing", "tokens_in_use"] {
+            assert_eq!(stat_field(&r.stderr, idle), 0, "B4 {idle}: {}", r.stderr);
+        }
     }
 }
