@@ -85,8 +85,10 @@
 //!   way b3sum prints them: each invalid sequence becomes U+FFFD. This keeps
 //!   the output byte-identical to the b3sum pipeline. Like b3sum, `--check`
 //!   refuses lines whose path holds U+FFFD ("Unicode replacement character in
-//!   path"), because such a line cannot name a file unambiguously. Use
-//!   `b3sum`'s own rules: such files can be hashed but not checked by name.
+//!   path"), because such a line cannot name a file unambiguously: files with
+//!   such names can be hashed and listed, but not checked by name. (Printing
+//!   raw bytes instead would break both byte-identity with b3sum and UTF-8
+//!   output, so dirhash does what b3sum does.)
 //! * `--check` follows b3sum's format: `PATH: OK`, `PATH: FAILED`, or
 //!   `PATH: FAILED (reason)` on stdout with PATH as written in the list (an
 //!   escaped line keeps its leading `\`), unparsable lines as `dirhash: reason`
@@ -104,7 +106,8 @@
 //!
 //! Symlinks are never followed (as `find -P`): they are not regular files, so
 //! they are skipped silently, and a PATH that is a symlink prints nothing, like
-//! `find`. FIFOs, sockets and devices are skipped without being opened (the
+//! `find` (spelled `link/`, with a trailing slash, it names the directory and is
+//! walked, again like `find`). FIFOs, sockets and devices are skipped without being opened (the
 //! type comes from `DirEntry::file_type`/`symlink_metadata`; files are opened
 //! with `O_NONBLOCK | O_NOFOLLOW` and checked again with `fstat`, so a file that
 //! is swapped for a FIFO mid-walk cannot block either). Unreadable files and
@@ -112,8 +115,10 @@
 //! print `dirhash: PATH: reason` on stderr; everything else is still hashed
 //! and printed, and the exit code is 1. A file that grows while it is hashed is
 //! hashed up to the length it had when it was opened if it was split, and to
-//! its end otherwise. A closed stdout (`dirhash | head`) ends the program
-//! quietly.
+//! its end otherwise; a split file that delivers fewer bytes than its size
+//! (it shrank, or it is a sysfs-like file) fails with `file shrank while it
+//! was being hashed`. A closed stdout (`dirhash | head`) ends the program
+//! quietly: no message, and the exit code is what it would have been.
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufWriter, IsTerminal, Write};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
