@@ -429,6 +429,28 @@ fn identical_to_the_b3sum_pipeline_when_b3sum_is_installed() {
     let r = run(tmp.path(), &["--piece-size", "16K", "tree"]);
     assert_eq!(r.code, Some(0));
     assert_eq!(r.stdout, pipeline.stdout);
+    // And `b3sum --check` accepts the list (less the non-UTF-8 name, which
+    // b3sum refuses to check by design).
+    let list: Vec<u8> = lines(&r.stdout)
+        .into_iter()
+        .filter(|l| !String::from_utf8_lossy(l).contains('\u{FFFD}'))
+        .flatten()
+        .copied()
+        .collect();
+    fs::write(tmp.path().join("sums.b3"), &list).unwrap();
+    let check = Command::new("b3sum")
+        .args(["--check", "sums.b3"])
+        .current_dir(tmp.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run b3sum --check");
+    assert!(
+        check.status.success(),
+        "b3sum --check rejected dirhash's output:\n{}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&check.stdout).lines().count(), 51);
 }
 
 #[test]
