@@ -131,4 +131,7 @@ for i in "${!CMDS[@]}"; do
                bytes / 1048576 / (med > 0 ? med : 1e-9), rss / 1024 }'
 done
 
-if [[ ${KEEP:-0} != 1 && $SMOKE == 1 ]]; then rm -rf "$TREE"; fi
+if [[ ${KEEP:-0} != 1 && $SMOKE == 1 ]]; then
+    rm -rf "$TREE"
+    rmdir "$BENCH_DIR" 2>/dev/null || true
+fi
