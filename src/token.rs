@@ -211,7 +211,9 @@ impl Lender {
                 return Borrow::Busy;
             };
             // AcqRel: release publishes the child (and its ticket) to the loan's returner.
-            match self.lending.compare_exchange_weak(s, next, Ordering::AcqRel, Ordering::Relaxed)
+            match self
+                .lending
+                .compare_exchange_weak(s, next, Ordering::AcqRel, Ordering::Relaxed)
             {
                 Ok(_) if s & LENT == 0 => {
                     let won = child.grant(LOAN);

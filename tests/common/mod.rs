@@ -1,0 +1,90 @@
+//! Shared test helpers: a watchdog that turns a hang into a failure, pools, and a PRNG.
+#![allow(dead_code)]
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Runs `f` on its own thread and fails the test if it has not returned within `secs` seconds
+/// (a hang becomes a failure instead of a stuck CI run). A panic in `f` fails the test too.
+pub fn watchdog<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    let runner = std::thread::Builder::new()
+        .name("watched".into())
+        .spawn(move || {
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            let _ = tx.send(result);
+        })
+        .expect("spawn the watched thread");
+    match rx.recv_timeout(Duration::from_secs(secs)) {
+        Ok(Ok(value)) => {
+            runner.join().expect("the watched thread exits");
+            value
+        }
+        Ok(Err(payload)) => std::panic::resume_unwind(payload),
+        Err(_) => panic!("watchdog: the test did not finish within {secs} s (hang)"),
+    }
+}
+
+/// A pool of `threads` workers and `cap` tokens.
+pub fn pool(threads: usize, cap: usize) -> treepool::ThreadPool {
+    treepool::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .max_inflight(cap)
+        .build()
+        .expect("build a pool")
+}
+
+/// Waits (spinning, under the caller's watchdog) until `cond` holds.
+pub fn spin_until(mut cond: impl FnMut() -> bool) {
+    while !cond() {
+        std::thread::yield_now();
+    }
+}
+
+/// A small deterministic PRNG (xorshift64*), so random trees are reproducible from a seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `lo..=hi`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+}
+
+/// Asserts the invariants B1 and B2 on a snapshot.
+pub fn assert_bounds(stats: &treepool::Stats, cap: usize) {
+    assert!(
+        stats.executing <= cap,
+        "B1: executing {} > cap {cap}",
+        stats.executing
+    );
+    assert!(
+        stats.tokens_in_use <= cap,
+        "B1: tokens {} > cap {cap}",
+        stats.tokens_in_use
+    );
+    assert!(
+        stats.inflight <= cap * stats.peak_depth.max(1),
+        "B2: inflight {} > cap {cap} x levels {}",
+        stats.inflight,
+        stats.peak_depth
+    );
+}
+
+/// Asserts B4: nothing in flight, no token in use.
+pub fn assert_idle(stats: &treepool::Stats) {
+    assert_eq!(stats.inflight, 0, "B4: inflight after idle: {stats:?}");
+    assert_eq!(stats.executing, 0, "B4: executing after idle: {stats:?}");
+    assert_eq!(stats.tokens_in_use, 0, "B4: tokens after idle: {stats:?}");
+}
