@@ -160,6 +160,18 @@ impl Registry {
             return;
         }
         let here = WorkerThread::current();
+        if let Some(worker) = here.filter(|w| w.registry.id == self.id) {
+            // Help first: the newest job of our own deque is usually the sibling whose token we
+            // wait for, and running it frees that token without any queueing or wake-up.
+            while let Some(ready) = worker.pop() {
+                // SAFETY: jobs in the deque are alive and run once, on a worker of their pool.
+                unsafe { ready.run() };
+                if self.try_admit(lender) {
+                    worker.push(job);
+                    return;
+                }
+            }
+        }
         // SAFETY: the lender is not registered anywhere yet.
         unsafe {
             lender.set_ticket(Ticket {
@@ -227,7 +239,12 @@ impl Registry {
         // SAFETY: this thread's grant won the child's admission, so the ticket is ours.
         let ticket = unsafe { child.take_ticket() }.expect("a waiting job has a ticket");
         self.make_runnable(ticket.job);
-        ticket.waker.wake(self);
+        match ticket.waker {
+            // The spawner is this very thread (it freed the token while helping): it sees the
+            // admission when it next checks.
+            WakeTarget::Worker(index) if self.slot() == index => {}
+            waker => waker.wake(self),
+        }
     }
 
     fn note_admitted(&self, lender: &Lender, how: Admission) {
@@ -243,10 +260,12 @@ impl Registry {
     /// injector.
     fn make_runnable(&self, job: JobRef) {
         match WorkerThread::current() {
-            Some(w) if w.registry.id == self.id => w.deque.push(job),
-            _ => self.injector.push(job),
+            Some(w) if w.registry.id == self.id => w.push(job),
+            _ => {
+                self.injector.push(job);
+                self.sleep.new_work();
+            }
         }
-        self.sleep.new_work();
     }
 
     /// The calling thread's counter slot.
@@ -355,7 +374,7 @@ impl WorkerThread {
     /// Pushes a job to this worker's deque, where thieves can take it.
     pub fn push(&self, job: JobRef) {
         self.deque.push(job);
-        self.registry.sleep.new_work();
+        self.registry.sleep.new_local_work();
     }
 
     /// Pops the most recently pushed job of this worker's deque.

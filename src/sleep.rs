@@ -13,7 +13,9 @@
 //!    still unset, marks itself blocked and waits on its condvar.
 //!
 //! A thread that makes work available calls [`Sleep::new_work`] after publishing it: if anyone
-//! counts as a sleeper it bumps `announcements` and wakes one blocked worker. A thread that sets a
+//! counts as a sleeper it bumps `announcements` and wakes one blocked worker. A worker that
+//! pushed to its own deque calls [`Sleep::new_local_work`], the same without the fence (see
+//! there why a missed sleeper is harmless then). A thread that sets a
 //! latch calls [`Sleep::wake_worker`] for the latch's owner.
 //!
 //! No lost wake-up: the SeqCst `sleepers` increment and the SeqCst fence in `new_work` order the
@@ -78,11 +80,24 @@ impl Sleep {
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// Work was published (pushed to a deque or the injector): wakes a sleeper if there is one.
+    /// Work was published to the injector, where no worker may look unless woken: wakes a
+    /// sleeper if there is one, never missing one.
     pub fn new_work(&self) {
         // SeqCst fence: orders the caller's push before the `sleepers` load (the announcer's half
         // of the handshake).
         fence(Ordering::SeqCst);
+        self.announce();
+    }
+
+    /// Work was pushed to the calling worker's own deque: wakes a sleeper to steal it if one is
+    /// seen. Without the fence of [`Sleep::new_work`] a sleeper that is just settling down can
+    /// be missed; that costs parallelism, never progress, because the pushing worker drains its
+    /// own deque before it may sleep. This keeps a full fence off `join`'s fast path.
+    pub fn new_local_work(&self) {
+        self.announce();
+    }
+
+    fn announce(&self) {
         if self.sleepers.load(Ordering::SeqCst) == 0 {
             return;
         }

@@ -174,12 +174,20 @@ impl Lender {
             .is_ok()
     }
 
+    /// Marks a job that no other thread can see yet (not registered anywhere) admitted as `how`.
+    fn admit_unshared(&self, how: u8) {
+        debug_assert_eq!(self.admission.load(Ordering::Relaxed), PENDING);
+        // Release: the job's push to a deque publishes it anyway; no RMW needed, nobody races.
+        self.admission.store(how, Ordering::Release);
+    }
+
     /// Lends this job's token to a child if it is not lent already (rule 2).
     pub fn try_lend(&self) -> bool {
         // Relaxed first read: the CAS below decides.
         let mut s = self.lending.load(Ordering::Relaxed);
-        while s & LENT == 0 {
-            debug_assert_eq!(s & FINISHED, 0, "only a running job lends");
+        // A finished job lends no more: its token was released or is parked with a loan. (Only
+        // a call crossing pools from a detached descendant can reach a finished job here.)
+        while s & (LENT | FINISHED) == 0 {
             // AcqRel: pairs with the loan's return (release), which ends the previous loan.
             match self.lending.compare_exchange_weak(
                 s,
@@ -201,7 +209,9 @@ impl Lender {
         // Relaxed first read: the CAS below decides.
         let mut s = self.lending.load(Ordering::Relaxed);
         loop {
-            let next = if s & LENT == 0 {
+            let next = if s & FINISHED != 0 {
+                return Borrow::Finished;
+            } else if s & LENT == 0 {
                 s | LENT
             } else if s & !FLAGS == 0 {
                 s | me
@@ -362,6 +372,8 @@ enum Borrow {
     Registered,
     /// Another child holds the slot.
     Busy,
+    /// The job has finished: the child waits for a pool token only (rule 4).
+    Finished,
 }
 
 /// The outcome of [`TokenTable::register`].
@@ -434,13 +446,14 @@ impl TokenTable {
     }
 
     /// Admits `child` now if a token is free without waiting: its parent's, else the pool's.
+    /// `child` must not be registered as a waiter (no other thread may see it yet).
     pub fn try_admit(&self, child: &Lender) -> Option<Admission> {
         if child.parent.as_ref().is_some_and(|p| p.try_lend()) {
-            child.grant(LOAN);
+            child.admit_unshared(LOAN);
             return Some(Admission::Loan);
         }
         if self.try_pool() {
-            child.grant(POOL);
+            child.admit_unshared(POOL);
             self.note_pool_admission();
             return Some(Admission::Pool);
         }
@@ -454,7 +467,7 @@ impl TokenTable {
         if let Some(parent) = &child.parent {
             match parent.register_borrower(child) {
                 Borrow::Lent => return Registration::Admitted,
-                Borrow::Registered => {}
+                Borrow::Registered | Borrow::Finished => {}
                 Borrow::Busy => {
                     parent.overflow_queue().push(child.clone());
                     busy_parent = Some(parent);

@@ -50,13 +50,24 @@ use treepool::__loom::{Admission, Arc, Lender, Registration, TokenTable};
 const POOL: usize = 0;
 
 /// Runs `f` under loom, exploring interleavings with at most `preemptions` preemptions.
-fn model<F>(preemptions: usize, f: F)
+fn model<F>(preemptions: Option<usize>, f: F)
 where
     F: Fn() + Sync + Send + 'static,
 {
     let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(preemptions);
-    builder.check(f);
+    builder.preemption_bound = std::env::var("XP")
+        .ok()
+        .map(|v| v.parse().unwrap())
+        .or(preemptions);
+    // Counts the executions explored (shown with `--nocapture`); std's atomic, outside the model.
+    let executions = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = executions.clone();
+    builder.check(move || {
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        f();
+    });
+    let executions = executions.load(std::sync::atomic::Ordering::Relaxed);
+    println!("{executions} executions, preemption bound {preemptions:?}");
 }
 
 /// One job of a model and what happened to it.
@@ -108,7 +119,10 @@ impl World {
     fn admitted(&self, i: usize) {
         let before = self.jobs[i].admitted.fetch_add(1, Ordering::Relaxed);
         assert_eq!(before, 0, "job {i} admitted twice");
-        assert!(self.table.in_use() <= self.table.cap(), "more tokens in use than exist");
+        assert!(
+            self.table.in_use() <= self.table.cap(),
+            "more tokens in use than exist"
+        );
     }
 
     /// A table call returned `granted`: the job it admitted, which the pool would make runnable.
@@ -119,7 +133,10 @@ impl World {
             .iter()
             .position(|job| Arc::ptr_eq(&job.lender, &granted))
             .expect("a grant to a job of this model");
-        assert!(granted.admission().is_some(), "granted job {i} is not admitted");
+        assert!(
+            granted.admission().is_some(),
+            "granted job {i} is not admitted"
+        );
         self.admitted(i);
     }
 
@@ -193,7 +210,11 @@ impl World {
     fn check_conserved(&self, ran: &[usize]) {
         for (i, job) in self.jobs.iter().enumerate() {
             let expect = usize::from(ran.contains(&i));
-            assert_eq!(job.admitted.load(Ordering::Relaxed), expect, "job {i} admissions");
+            assert_eq!(
+                job.admitted.load(Ordering::Relaxed),
+                expect,
+                "job {i} admissions"
+            );
             assert_eq!(job.ran.load(Ordering::Relaxed), expect, "job {i} runs");
             assert_eq!(job.on_loan.load(Ordering::Relaxed), 0);
         }
@@ -222,7 +243,7 @@ impl World {
 /// waits, A's finish (or B's own re-check) passes the loan on.
 #[test]
 fn two_children_race_for_one_loan() {
-    model(3, || {
+    model(Some(3), || {
         let mut world = World::new(1);
         let p = world.job(None);
         let c1 = world.job(Some(p));
@@ -249,6 +270,7 @@ fn two_children_race_for_one_loan() {
         let thief_ran = a.join().unwrap();
         b.join().unwrap();
 
+        world.run(p, Admission::Pool);
         world.finish(p);
         let mut ran = vec![p, c2];
         if thief_ran {
@@ -263,7 +285,7 @@ fn two_children_race_for_one_loan() {
 /// admitted exactly once, whoever grants it.
 #[test]
 fn loan_returns_while_borrower_registers() {
-    model(3, || {
+    model(Some(3), || {
         let mut world = World::new(1);
         let p = world.job(None);
         let c1 = world.job(Some(p));
@@ -286,6 +308,7 @@ fn loan_returns_while_borrower_registers() {
         a.join().unwrap();
         b.join().unwrap();
 
+        world.run(p, Admission::Pool);
         world.finish(p);
         world.check_conserved(&[p, c1, c2]);
     });
@@ -296,7 +319,7 @@ fn loan_returns_while_borrower_registers() {
 /// exactly once: by its own `try_admit`, by its registration's re-check, or by R1's release.
 #[test]
 fn pool_token_released_while_waiter_enqueues() {
-    model(3, || {
+    model(Some(3), || {
         let mut world = World::new(1);
         let r1 = world.job(None);
         let r2 = world.job(None);
@@ -326,7 +349,7 @@ fn pool_token_released_while_waiter_enqueues() {
 /// whichever comes second: afterwards exactly one fresh root can be admitted.
 #[test]
 fn parent_finishes_while_loan_returns() {
-    model(3, || {
+    model(Some(3), || {
         let mut world = World::new(1);
         let p = world.job(None);
         let c = world.job(Some(p));
@@ -359,7 +382,7 @@ fn parent_finishes_while_loan_returns() {
 /// to C; all three finish at once. The token goes back to the pool exactly once.
 #[test]
 fn parked_token_climbs_two_levels() {
-    model(3, || {
+    model(Some(3), || {
         let mut world = World::new(1);
         let g = world.job(None);
         let p = world.job(Some(g));
@@ -369,16 +392,20 @@ fn parked_token_climbs_two_levels() {
         world.start(c, Admission::Loan);
         let world = Arc::new(world);
 
-        let threads: Vec<_> = [(g, Admission::Pool), (p, Admission::Loan), (c, Admission::Loan)]
-            .into_iter()
-            .map(|(i, how)| {
-                let world = world.clone();
-                thread::spawn(move || {
-                    world.run(i, how);
-                    world.finish(i);
-                })
+        let threads: Vec<_> = [
+            (g, Admission::Pool),
+            (p, Admission::Loan),
+            (c, Admission::Loan),
+        ]
+        .into_iter()
+        .map(|(i, how)| {
+            let world = world.clone();
+            thread::spawn(move || {
+                world.run(i, how);
+                world.finish(i);
             })
-            .collect();
+        })
+        .collect();
         for t in threads {
             t.join().unwrap();
         }
@@ -394,7 +421,7 @@ fn parked_token_climbs_two_levels() {
 /// lost: while it is free a fresh root is admitted, and at the end everything is back.
 #[test]
 fn waiter_granted_by_loan_and_pool_at_once() {
-    model(3, || {
+    model(Some(3), || {
         let mut world = World::new(2);
         let p = world.job(None);
         let r = world.job(None);
@@ -453,6 +480,7 @@ fn waiter_granted_by_loan_and_pool_at_once() {
             }
         }
         world.finish(c2);
+        world.run(p, Admission::Pool);
         world.finish(p);
         world.check_conserved(&ran);
     });
@@ -483,8 +511,12 @@ fn join_hand_back(c1_returns: bool) {
     let b_ran = Arc::new(AtomicUsize::new(0));
 
     let thief = {
-        let (world, in_deque, latch, b_ran) =
-            (world.clone(), in_deque.clone(), latch.clone(), b_ran.clone());
+        let (world, in_deque, latch, b_ran) = (
+            world.clone(),
+            in_deque.clone(),
+            latch.clone(),
+            b_ran.clone(),
+        );
         thread::spawn(move || {
             if in_deque
                 .compare_exchange(true, false, Ordering::AcqRel, Ordering::Relaxed)
@@ -546,6 +578,7 @@ fn join_hand_back(c1_returns: bool) {
     }
     assert_eq!(b_ran.load(Ordering::Relaxed), 1, "b ran exactly once");
     assert_eq!(thief_ran, !inline);
+    world.run(j, Admission::Pool);
     world.finish(j);
     let mut ran = vec![j, c1];
     if thief_ran {
@@ -558,14 +591,14 @@ fn join_hand_back(c1_returns: bool) {
 /// joiner's token is lent, the pool empty) and hands it back; `b` runs exactly once, inline.
 #[test]
 fn stolen_join_half_handed_back() {
-    model(3, || join_hand_back(false));
+    model(Some(3), || join_hand_back(false));
 }
 
 /// Model 6b: as model 6, with the joiner's loan returning meanwhile, so the thief may admit `b`
 /// on it and run it; either way `b` runs exactly once.
 #[test]
 fn stolen_join_half_admitted_or_handed_back() {
-    model(3, || join_hand_back(true));
+    model(Some(3), || join_hand_back(true));
 }
 
 /// Model 7: calls crossing pools make two children of one parent wait at once: one in the
@@ -574,7 +607,7 @@ fn stolen_join_half_admitted_or_handed_back() {
 /// passes from child to child; both are admitted exactly once and the token comes back.
 #[test]
 fn two_waiting_children_with_overflow() {
-    model(2, || {
+    model(Some(2), || {
         let mut world = World::new(1);
         let p = world.job(None);
         let c1 = world.job(Some(p));
@@ -597,6 +630,7 @@ fn two_waiting_children_with_overflow() {
             t.join().unwrap();
         }
 
+        world.run(p, Admission::Pool);
         world.finish(p);
         world.check_conserved(&[p, c1, c2, c3]);
     });

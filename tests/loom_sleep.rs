@@ -1,0 +1,140 @@
+//! Loom models of the sleep/wake protocol (`src/sleep.rs`).
+//!
+//! Run with
+//!
+//! ```text
+//! CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg loom" cargo test --release --test loom_sleep
+//! ```
+//!
+//! Each model fixes its own preemption bound through [`loom::model::Builder`].
+//!
+//! # What is modelled
+//!
+//! The real [`Sleep`] code, compiled against loom's atomics, `Mutex` and `Condvar`. A worker loops
+//! `while !condition { sleep.sleep(0, has_work, done) }` as `WorkerThread::wait_until` does (a
+//! sleep may return spuriously); the other side publishes the condition and then calls
+//! `new_work()` (a job was pushed) or `wake_worker(0)` (the worker's latch was set). A lost
+//! wake-up leaves the worker blocked on its condvar forever, which loom reports as a deadlock.
+//!
+//! # What is assumed
+//!
+//! The deques are not modelled: "work is available" is one loom `AtomicBool`. The pusher stores
+//! it with `Release`, as a deque push publishes its new back index. `has_work` issues a SeqCst
+//! fence before it loads the flag, as crossbeam's `Stealer::is_empty` does between its two index
+//! loads (the injector's `is_empty` uses SeqCst loads instead; loom treats SeqCst loads as
+//! acquire loads, so a model with them would report false lost wake-ups). A latch is a loom
+//! `AtomicBool` set with `Release` and probed with `Acquire`, as `Latch` does.
+#![cfg(loom)]
+
+use loom::sync::atomic::{fence, AtomicBool, Ordering};
+use loom::thread;
+use treepool::__loom::{Arc, Sleep};
+
+/// Runs `f` under loom, exploring interleavings with at most `preemptions` preemptions.
+fn model<F>(preemptions: Option<usize>, f: F)
+where
+    F: Fn() + Sync + Send + 'static,
+{
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = std::env::var("XP")
+        .ok()
+        .map(|v| v.parse().unwrap())
+        .or(preemptions);
+    // Counts the executions explored (shown with `--nocapture`); std's atomic, outside the model.
+    let executions = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = executions.clone();
+    builder.check(move || {
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        f();
+    });
+    let executions = executions.load(std::sync::atomic::Ordering::Relaxed);
+    println!("{executions} executions, preemption bound {preemptions:?}");
+}
+
+/// Whether the (modelled) deques hold work, read as `WorkerThread::has_work` does.
+fn has_work(work: &AtomicBool) -> bool {
+    // SeqCst fence: as in crossbeam's `Stealer::is_empty`.
+    fence(Ordering::SeqCst);
+    work.load(Ordering::Acquire)
+}
+
+/// Model (a): work pushed while worker 0 goes to sleep. The pusher publishes the work, then calls
+/// `new_work()`; the sleeper must see the work or be woken.
+#[test]
+fn new_work_wakes_sleeper() {
+    model(Some(3), || {
+        let sleep = Arc::new(Sleep::new(1));
+        let work = Arc::new(AtomicBool::new(false));
+
+        let pusher = {
+            let (sleep, work) = (sleep.clone(), work.clone());
+            thread::spawn(move || {
+                work.store(true, Ordering::Release);
+                sleep.new_work();
+            })
+        };
+        while !has_work(&work) {
+            sleep.sleep(0, || has_work(&work), || false);
+        }
+        pusher.join().unwrap();
+    });
+}
+
+/// Model (b): worker 0 sleeps until its latch is set; the setter sets it, then wakes the owner
+/// with `wake_worker(0)`, as `Latch::set` does.
+#[test]
+fn latch_wakes_owner() {
+    model(Some(3), || {
+        let sleep = Arc::new(Sleep::new(1));
+        let latch = Arc::new(AtomicBool::new(false));
+
+        let setter = {
+            let (sleep, latch) = (sleep.clone(), latch.clone());
+            thread::spawn(move || {
+                latch.store(true, Ordering::Release);
+                sleep.wake_worker(0);
+            })
+        };
+        let done = || latch.load(Ordering::Acquire);
+        while !done() {
+            sleep.sleep(0, || false, done);
+        }
+        setter.join().unwrap();
+    });
+}
+
+/// Model (c): two workers asleep, one wakes the other. Worker 1 waits for its latch; worker 0
+/// sets it after its own sleep was ended by new work from a third thread. Both must return.
+#[test]
+fn chained_wake_ups() {
+    model(Some(2), || {
+        let sleep = Arc::new(Sleep::new(2));
+        let work = Arc::new(AtomicBool::new(false));
+        let latch = Arc::new(AtomicBool::new(false));
+
+        let worker1 = {
+            let (sleep, latch) = (sleep.clone(), latch.clone());
+            thread::spawn(move || {
+                let done = || latch.load(Ordering::Acquire);
+                while !done() {
+                    sleep.sleep(1, || false, done);
+                }
+            })
+        };
+        let pusher = {
+            let (sleep, work) = (sleep.clone(), work.clone());
+            thread::spawn(move || {
+                work.store(true, Ordering::Release);
+                sleep.new_work();
+            })
+        };
+        // Worker 0: sleeps until it has work, then "runs" it, which sets worker 1's latch.
+        while !has_work(&work) {
+            sleep.sleep(0, || has_work(&work), || false);
+        }
+        latch.store(true, Ordering::Release);
+        sleep.wake_worker(1);
+        pusher.join().unwrap();
+        worker1.join().unwrap();
+    });
+}
