@@ -118,6 +118,11 @@ impl<F: FnOnce() + Send> HeapJob<F> {
         })
     }
 
+    /// The job's admission state.
+    pub fn lender(&self) -> &Arc<Lender> {
+        &self.lender
+    }
+
     /// Erases the job's type. The job is freed when run.
     pub fn into_job_ref(self: Box<Self>) -> JobRef {
         JobRef {

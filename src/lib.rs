@@ -68,6 +68,11 @@ pub use pool::{current_num_threads, current_thread_index, join, scope, spawn, Th
 pub use scope::Scope;
 pub use stats::Stats;
 
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 /// Internals exposed to the loom models in `tests/loom_*.rs` (built with `--cfg loom` only).
 #[cfg(loom)]
 #[doc(hidden)]

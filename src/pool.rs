@@ -14,6 +14,7 @@ use crate::registry::{wait_on, Registry, WorkerThread};
 use crate::scope::{scope_in_worker, Scope};
 use crate::stats::Stats;
 use crate::sync::Arc;
+use crate::token::Lender;
 
 /// A work-stealing pool whose jobs are admitted through a lending token table.
 ///
@@ -131,8 +132,10 @@ fn spawn_in<F: FnOnce() + Send + 'static>(registry: &Arc<Registry>, f: F) {
             handler.handle_panic(payload);
         }
     };
-    let job = HeapJob::new(lender.clone(), body, std::ptr::null()).into_job_ref();
-    registry.admit(&lender, job);
+    let job = HeapJob::new(lender, body, std::ptr::null());
+    let lender: *const Arc<Lender> = job.lender();
+    // SAFETY: as in `Scope::spawn`: `admit` does not touch the lender once the job may run.
+    registry.admit(unsafe { &*lender }, job.into_job_ref());
 }
 
 static GLOBAL: OnceLock<Arc<Registry>> = OnceLock::new();

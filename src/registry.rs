@@ -154,11 +154,15 @@ impl Registry {
     /// Admits the job `job` of `lender` into this pool and makes it runnable. While no token is
     /// free the calling thread waits, running other admitted jobs if it is a worker (of any pool),
     /// parked otherwise. Returns once the job is admitted.
+    ///
+    /// `lender` may live inside `job`: it is not touched once the job is runnable (the slow path
+    /// takes its own reference first), so a spawn costs no reference-count traffic on it.
     pub fn admit(&self, lender: &Arc<Lender>, job: JobRef) {
         if self.try_admit(lender) {
             self.make_runnable(job);
             return;
         }
+        let lender = &lender.clone();
         let here = WorkerThread::current();
         if let Some(worker) = here.filter(|w| w.registry.id == self.id) {
             // Help first: the newest job of our own deque is usually the sibling whose token we
