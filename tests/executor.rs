@@ -215,7 +215,7 @@ fn panic_in_a_detached_job_goes_to_the_handler_and_the_pool_survives() {
         pool.spawn(|| panic!("detached"));
         assert_eq!(rx.recv().unwrap(), "detached");
         // The only worker survived.
-        assert_eq!(pool.install(|| treepool::current_thread_index()), Some(0));
+        assert_eq!(pool.install(treepool::current_thread_index), Some(0));
         // Without a handler the message is printed and the worker survives too.
         let plain = pool_without_handler();
         plain.spawn(|| panic!("printed, not fatal"));
