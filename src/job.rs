@@ -9,8 +9,9 @@
 //! * [`RootJob`]: a job that a thread outside the pool (or a worker of another pool) waits for,
 //!   on the waiting thread's stack.
 //! * [`JoinJob`]: the `b` of `join(a, b)`, on the joiner's stack. Run inline by the joiner when it
-//!   pops it back; a thief must admit it (loan of the joiner's token, else a pool token) or hand
-//!   it back unrun.
+//!   pops it back in `join`; anyone else who takes it from the deque (a thief, or the joiner's
+//!   own thread helping deeper in its stack) must admit it (loan of the joiner's token, else a
+//!   pool token) or hand it back unrun.
 
 use std::any::Any;
 use std::cell::UnsafeCell;
@@ -208,8 +209,6 @@ pub struct JoinJob<F, R> {
     result: UnsafeCell<JobResult<R>>,
     /// The joiner's job: the lender of a thief's loan, and the job `b` is part of when inline.
     parent: *const Lender,
-    /// The joiner's worker index.
-    owner: usize,
     /// Set when a thief ran the job, or handed it back.
     pub latch: Latch,
 }
@@ -221,7 +220,6 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
             func: UnsafeCell::new(Some(func)),
             result: UnsafeCell::new(JobResult::None),
             parent,
-            owner,
             latch: Latch::new(WakeTarget::Worker(owner)),
         }
     }
@@ -256,21 +254,16 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
         let worker = unsafe { WorkerThread::current_unchecked() };
         // SAFETY: the joiner keeps the job alive until it pops it or sees the latch set.
         let job = unsafe { &*this };
-        if worker.index() == job.owner {
-            // Popped by its owner while helping deeper in the stack: still part of its job.
-            let result = job.run_inline(worker);
-            // SAFETY: as above; only this thread writes the result before the latch.
-            unsafe {
-                *job.result.get() = result;
-                Latch::set(&job.latch, worker.registry());
-            }
-            return;
-        }
+        // Whoever runs this through its `JobRef` took it from a deque: a thief, or the owner
+        // itself while helping deeper in its stack (the joiner's own pop-back calls
+        // `run_inline` instead). Either way `b` would start above frames it is not part of, so
+        // it must be admitted like any job, or go back to the joiner unrun (B3, B5).
         let registry = worker.registry();
         // SAFETY: the joiner's job is alive while the joiner waits for this job.
         let lender = Arc::new(registry.new_child(job.parent));
         if !registry.try_admit(&lender) {
             // No token: the joiner runs `b` inline when it sees this.
+            registry.note_handed_back();
             // SAFETY: the job is alive until the latch is published, not touched after.
             unsafe { Latch::hand_back(&job.latch, registry) };
             return;

@@ -199,7 +199,9 @@ impl Registry {
             }
         }
         wait_on(here, || lender.admission().is_some());
-        self.tokens.settle(lender);
+        if let Some(child) = self.tokens.settle(lender) {
+            self.start_granted(child);
+        }
     }
 
     /// The job of `lender` has finished: it is no longer in flight, and its token moves on.
@@ -208,6 +210,11 @@ impl Registry {
         if let Some(child) = self.tokens.finish(lender) {
             self.start_granted(child);
         }
+    }
+
+    /// Counts a join half handed back to its joiner unrun.
+    pub fn note_handed_back(&self) {
+        self.counters.bump(self.slot(), Counter::HandedBack);
     }
 
     /// Hands a detached job's panic to the pool's handler, or prints it.

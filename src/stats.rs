@@ -42,6 +42,9 @@ pub struct Stats {
     pub admission_waits: u64,
     /// Jobs a worker took from another worker's deque.
     pub steals: u64,
+    /// Join halves (`b` of `join(a, b)`) taken from a deque without a token free to admit
+    /// them, and so handed back to their joiner, which ran them inline.
+    pub handed_back: u64,
 }
 
 /// The per-thread event counters.
@@ -55,6 +58,8 @@ pub enum Counter {
     AdmissionWaits,
     /// A job stolen from another worker.
     Steals,
+    /// A join half handed back unrun.
+    HandedBack,
 }
 
 /// The exact in-flight count and its peaks, together on one cache line.
@@ -69,7 +74,7 @@ struct Flight {
 pub struct Counters {
     flight: CachePadded<Flight>,
     /// One row per worker, and a last one shared by threads outside the pool.
-    per_thread: Box<[CachePadded<[AtomicU64; 4]>]>,
+    per_thread: Box<[CachePadded<[AtomicU64; 5]>]>,
 }
 
 impl Counters {
@@ -98,10 +103,11 @@ impl Counters {
 
     /// A job at `level` was admitted; called before it can run.
     pub fn job_admitted(&self, level: usize) {
+        // The depth first, so that no snapshot shows `inflight > cap × peak_depth`.
+        raise(&self.flight.peak_depth, level);
         // Relaxed: the count is exact by RMW; nothing else is published through it.
         let now = self.flight.inflight.fetch_add(1, Ordering::Relaxed) + 1;
         raise(&self.flight.peak_inflight, now);
-        raise(&self.flight.peak_depth, level);
     }
 
     /// A job's body returned.
@@ -132,6 +138,7 @@ impl Counters {
             admitted_from_pool: sum(Counter::AdmittedFromPool),
             admission_waits: sum(Counter::AdmissionWaits),
             steals: sum(Counter::Steals),
+            handed_back: sum(Counter::HandedBack),
         }
     }
 }

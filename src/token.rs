@@ -242,7 +242,11 @@ impl Lender {
 
     /// Removes `child` from this job's borrower slot if it is still there.
     fn withdraw_borrower(&self, child: &Arc<Lender>) {
-        let me = Arc::as_ptr(child) as usize;
+        self.withdraw_borrower_at(Arc::as_ptr(child) as usize);
+    }
+
+    /// Removes the borrower at address `me` from this job's slot if it is still there.
+    fn withdraw_borrower_at(&self, me: usize) {
         // Relaxed first read: the CAS below decides.
         let mut s = self.lending.load(Ordering::Relaxed);
         while s & !FLAGS == me {
@@ -316,27 +320,6 @@ impl Lender {
         !queue.is_null() && !unsafe { &*queue }.is_empty()
     }
 
-    /// After a child registered in the overflow queue, or a loan came back with one there: while
-    /// the token is free and a child waits, hands the loan over. Returns the child admitted.
-    fn pump_loan(&self) -> Option<Arc<Lender>> {
-        loop {
-            if !self.try_lend() {
-                return None; // lent: its return passes it on
-            }
-            match return_loan(self) {
-                LoanReturn::Passed(child) => return Some(child),
-                LoanReturn::Kept => {}
-                LoanReturn::ParentFinished => unreachable!("a running job lends"),
-            }
-            // `return_loan` cleared the loan; look once more, as it did not re-check.
-            // SeqCst fence: as in `give_back`.
-            fence(Ordering::SeqCst);
-            if !self.overflow_waiting() {
-                return None;
-            }
-        }
-    }
-
     /// Empties the overflow queue (its children fall back to the pool queue, rule 4), so that
     /// no child keeps its finished parent alive through it.
     fn drain_overflow(&self) {
@@ -396,7 +379,12 @@ pub struct TokenTable {
     /// Jobs waiting for a pool token, oldest first; entries already admitted by a loan are stale
     /// and skipped.
     waiters: WaiterQueue<Arc<Lender>>,
+    /// Entries of `waiters` admitted by a loan since the last purge (see `settle`).
+    stale: AtomicUsize,
 }
+
+/// How many stale pool-queue entries trigger a purge: bounds the memory they hold.
+const STALE_PURGE: usize = 32;
 
 impl TokenTable {
     /// A table of `cap` tokens, all free.
@@ -407,6 +395,7 @@ impl TokenTable {
             free: CachePadded::new(AtomicUsize::new(cap)),
             peak_in_use: AtomicUsize::new(0),
             waiters: WaiterQueue::new(),
+            stale: AtomicUsize::new(0),
         }
     }
 
@@ -470,6 +459,13 @@ impl TokenTable {
                 Borrow::Registered | Borrow::Finished => {}
                 Borrow::Busy => {
                     parent.overflow_queue().push(child.clone());
+                    // SeqCst fence: pairs with the one in `finish`. Either the parent's `finish`
+                    // sees this entry and drains it, or this sees `FINISHED` and drains it, so
+                    // no entry keeps a finished parent alive through a reference cycle.
+                    fence(Ordering::SeqCst);
+                    if parent.lending.load(Ordering::SeqCst) & FINISHED != 0 {
+                        parent.drain_overflow();
+                    }
                     busy_parent = Some(parent);
                 }
             }
@@ -478,28 +474,62 @@ impl TokenTable {
         // SeqCst fence: either the re-checks below see a token that a releaser freed, or that
         // releaser's re-check (after its own fence) sees this registration.
         fence(Ordering::SeqCst);
-        let granted = busy_parent.and_then(|parent| parent.pump_loan());
+        let granted = busy_parent.and_then(|parent| self.pump_loan(parent));
         Registration::Waiting(granted.or_else(|| self.pump()))
     }
 
     /// Clears what `register` left behind once `child` is admitted: its entry in the parent's
-    /// borrower slot, if a pool token won. Called by the spawner before it spawns again.
-    pub fn settle(&self, child: &Arc<Lender>) {
+    /// borrower slot if a pool token won, and, when a loan won, counts its entry in the pool
+    /// queue as stale. Called by the spawner before it spawns again.
+    ///
+    /// Stale entries leave the queue only when popped, which needs a pool token to be released;
+    /// a job that holds the only token and spawns in a loop would pile them up without bound.
+    /// So every `STALE_PURGE` of them the queue is purged, which may admit a waiter: returned.
+    pub fn settle(&self, child: &Arc<Lender>) -> Option<Arc<Lender>> {
         if let Some(parent) = &child.parent {
             parent.withdraw_borrower(child);
         }
+        if child.admission() != Some(Admission::Loan) {
+            return None;
+        }
+        // Relaxed: a trigger for housekeeping; the purge itself is exact.
+        if self.stale.fetch_add(1, Ordering::Relaxed) + 1 < STALE_PURGE {
+            return None;
+        }
+        self.stale.store(0, Ordering::Relaxed);
+        self.purge_stale()
+    }
+
+    /// Pops every entry of the pool queue, drops the stale ones and puts the live ones back,
+    /// then re-checks for a free token as `register` does (a releaser may have found the queue
+    /// empty meanwhile). Returns the waiter that re-check admitted, if any.
+    fn purge_stale(&self) -> Option<Arc<Lender>> {
+        let mut live = Vec::new();
+        while let Some(child) = self.waiters.pop() {
+            if child.admission().is_none() {
+                live.push(child);
+            }
+        }
+        for child in live {
+            self.waiters.push(child);
+        }
+        // SeqCst fence: as in `register`.
+        fence(Ordering::SeqCst);
+        self.pump()
     }
 
     /// The job's body returned: releases its token, unless it is lent out (then it stays parked
     /// until the loan returns, rule 4). Returns the waiting job that received it, if any.
     pub fn finish(&self, job: &Lender) -> Option<Arc<Lender>> {
-        // AcqRel: pairs with the loan's return, so exactly one of the two releases the token.
-        let was = job.lending.fetch_or(FINISHED, Ordering::AcqRel);
-        debug_assert_eq!(
-            was & !FLAGS,
-            0,
-            "a job finished with a child waiting to borrow"
-        );
+        // SeqCst: pairs with the loan's return (exactly one of the two releases the token), and
+        // with the fence of a child registering in the overflow queue (see `register`).
+        let was = job.lending.fetch_or(FINISHED, Ordering::SeqCst);
+        // Children still waiting for this job's loan fall back to the pool queue, where they
+        // are registered too (rule 4); only calls from other pools can leave one here.
+        if was & !FLAGS != 0 {
+            job.withdraw_borrower_at(was & !FLAGS);
+        }
+        fence(Ordering::SeqCst);
         job.drain_overflow();
         if was & LENT != 0 {
             return None;
@@ -523,11 +553,35 @@ impl TokenTable {
                     // seen here, or it sees the loan back (its fence in `register`).
                     fence(Ordering::SeqCst);
                     return match parent.overflow_waiting() {
-                        true => parent.pump_loan(),
+                        true => self.pump_loan(parent),
                         false => None,
                     };
                 }
                 LoanReturn::ParentFinished => job = parent,
+            }
+        }
+    }
+
+    /// After a child registered in `parent`'s overflow queue, or a loan came back with one
+    /// there: while the token is free and a child waits, hands the loan over. Returns the child
+    /// admitted.
+    fn pump_loan(&self, parent: &Lender) -> Option<Arc<Lender>> {
+        loop {
+            if !parent.try_lend() {
+                return None; // lent (its return passes it on) or finished (rule 4)
+            }
+            match return_loan(parent) {
+                LoanReturn::Passed(child) => return Some(child),
+                LoanReturn::Kept => {}
+                // The parent finished while this thread held its token: the token was parked
+                // with this loan, so it moves on from here.
+                LoanReturn::ParentFinished => return self.give_back(parent),
+            }
+            // `return_loan` cleared the loan; look once more, as it did not re-check.
+            // SeqCst fence: as in `give_back`.
+            fence(Ordering::SeqCst);
+            if !parent.overflow_waiting() {
+                return None;
             }
         }
     }
@@ -607,7 +661,9 @@ fn return_loan(parent: &Lender) -> LoanReturn {
     let mut s = parent.lending.load(Ordering::Acquire);
     loop {
         let borrower = (s & !FLAGS) as *const Lender;
-        if !borrower.is_null() {
+        // A finished lender passes nothing on: its waiting child falls back to the pool, and
+        // its `finish` removes it from the slot (rule 4).
+        if !borrower.is_null() && s & FINISHED == 0 {
             // Take the borrower out of the slot; the loan stays `LENT`, now to it.
             // AcqRel: acquire the borrower's ticket; release nothing new.
             match parent.lending.compare_exchange_weak(
@@ -635,7 +691,7 @@ fn return_loan(parent: &Lender) -> LoanReturn {
             return LoanReturn::Passed(child);
         } else {
             // SeqCst: ends the loan for the next `try_lend`, and orders this store before the
-            // overflow re-check in `return_loan_kept` (the handshake with `register`'s fence).
+            // overflow re-check in `give_back` and `pump_loan` (the handshake with `register`'s fence).
             match parent.lending.compare_exchange_weak(
                 s,
                 s & !LENT,

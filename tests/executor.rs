@@ -312,6 +312,36 @@ fn cross_pool_calls_from_many_jobs_of_the_other_pool() {
 }
 
 #[test]
+fn a_waiting_thread_hands_back_its_own_join_half_instead_of_burying_a_lender() {
+    // Pool A (1 thread, 1 token): job J runs join(a, b); `a` spawns a detached D on J's loan,
+    // which `join` then runs above its own frame. D calls into pool B and, while it waits, its
+    // thread helps in A and takes J's `b` from the deque. Run inline there, `b` would spawn a
+    // child of J needing J's loan, held by D, buried under `b`: a deadlock. Instead `b` is
+    // handed back (it cannot be admitted) and J runs it once D has returned.
+    watchdog(60, || {
+        let a = Arc::new(pool(1, 1));
+        let b_pool = Arc::new(pool(1, 1));
+        let ran_b_child = Arc::new(AtomicBool::new(false));
+        let (a2, ran) = (a.clone(), ran_b_child.clone());
+        a.install(move || {
+            treepool::join(
+                || {
+                    let (a3, b_pool) = (a2.clone(), b_pool.clone());
+                    treepool::spawn(move || {
+                        // Wait in B until A's thread has met `b` and handed it back.
+                        b_pool.install(|| spin_until(|| a3.stats().handed_back >= 1));
+                    });
+                },
+                || treepool::scope(|s| s.spawn(|_| ran.store(true, Ordering::SeqCst))),
+            )
+        });
+        assert!(ran_b_child.load(Ordering::SeqCst));
+        spin_until(|| a.stats().inflight == 0);
+        common::assert_idle(&a.stats());
+    });
+}
+
+#[test]
 fn thread_names_and_indices() {
     watchdog(30, || {
         let pool = treepool::ThreadPoolBuilder::new()
