@@ -15,7 +15,6 @@
 
 use std::any::Any;
 use std::cell::UnsafeCell;
-use std::mem::ManuallyDrop;
 use std::panic::{self, AssertUnwindSafe};
 
 use crate::latch::{CountLatch, Latch, WakeTarget};
@@ -89,17 +88,6 @@ impl<T> JobResult<T> {
     }
 }
 
-/// Makes an `Arc` from a pointer obtained by `Arc::as_ptr` of an `Arc` that is still alive.
-///
-/// # Safety
-/// Some `Arc` to `ptr` must stay alive for the duration of the call.
-pub unsafe fn arc_from_live(ptr: *const Lender) -> Arc<Lender> {
-    // SAFETY: the caller keeps an Arc alive, so the allocation is valid; ManuallyDrop keeps the
-    // borrowed count untouched, and the clone takes a count of its own.
-    let borrowed = ManuallyDrop::new(unsafe { Arc::from_raw(ptr) });
-    Arc::clone(&borrowed)
-}
-
 /// A spawned job, admitted before it is pushed.
 pub struct HeapJob<F> {
     lender: Arc<Lender>,
@@ -142,7 +130,7 @@ impl<F: FnOnce() + Send> HeapJob<F> {
         } = *job;
         // SAFETY: jobs run only on worker threads.
         let worker = unsafe { WorkerThread::current_unchecked() };
-        worker.run_admitted(&lender, body);
+        worker.run_admitted(lender, body);
         if !scope.is_null() {
             // SAFETY: the scope waits for this count before it returns, so the latch is alive.
             unsafe { CountLatch::decrement(scope, worker.registry()) };
@@ -189,9 +177,8 @@ impl<F: FnOnce() -> R + Send, R: Send> RootJob<F, R> {
         // run touches `func` and `result` before that.
         unsafe {
             let func = (*(*this).func.get()).take().expect("a job runs once");
-            worker.run_admitted(&(*this).lender, || {
-                *(*this).result.get() = JobResult::call(func)
-            });
+            let lender = (*this).lender.clone();
+            worker.run_admitted(lender, || *(*this).result.get() = JobResult::call(func));
             Latch::set(&(*this).latch, worker.registry());
         }
     }
@@ -271,7 +258,7 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
         // SAFETY: a stolen job runs once, on this thread; the joiner reads after the latch.
         unsafe {
             let func = (*job.func.get()).take().expect("a job runs once");
-            worker.run_admitted(&lender, || *job.result.get() = JobResult::call(func));
+            worker.run_admitted(lender, || *job.result.get() = JobResult::call(func));
             Latch::set(&job.latch, registry);
         }
     }

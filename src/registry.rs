@@ -13,12 +13,12 @@ use std::sync::atomic::AtomicUsize as StdAtomicUsize;
 
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 
-use crate::job::{arc_from_live, JobRef, Ticket};
+use crate::job::{JobRef, Ticket};
 use crate::latch::WakeTarget;
 use crate::sleep::Sleep;
 use crate::stats::{Counter, Counters, Stats};
 use crate::sync::{thread, Arc, AtomicBool, Ordering};
-use crate::token::{Admission, Lender, Registration, TokenTable};
+use crate::token::{counted, Admission, Lender, Registration, TokenTable};
 
 /// A panic handler for detached jobs.
 pub type PanicHandler = Box<dyn Fn(Box<dyn std::any::Any + Send>) + Send + Sync>;
@@ -121,11 +121,19 @@ impl Registry {
     /// calling thread's current job, of its nearest ancestor in this pool when the call crossed
     /// pools, or a root.
     pub fn new_lender(&self) -> Arc<Lender> {
-        let current = WorkerThread::current().and_then(WorkerThread::current_lender);
-        let lender = match current {
+        let current = WorkerThread::current().map(WorkerThread::current_ptr);
+        // SAFETY: a thread's current job is alive while it runs there (null between jobs).
+        let lender = match current.and_then(|ptr| unsafe { ptr.as_ref() }) {
             None => Lender::new(self.id, None, None),
-            Some(job) if job.pool() == self.id => Lender::new(self.id, Some(job), None),
-            Some(job) => Lender::new(self.id, Lender::nearest_in(&job, self.id), Some(job)),
+            Some(job) if job.pool() == self.id => {
+                Lender::new(self.id, Some(job), job.outer().cloned())
+            }
+            // SAFETY: as above; every lender lives in an `Arc`.
+            Some(job) => Lender::new(
+                self.id,
+                job.ancestor_in(self.id),
+                Some(unsafe { counted(job) }),
+            ),
         };
         Arc::new(lender)
     }
@@ -136,8 +144,8 @@ impl Registry {
     /// `parent` is null or points to a lender kept alive by a running job.
     pub fn new_child(&self, parent: *const Lender) -> Lender {
         // SAFETY: the caller's contract.
-        let parent = (!parent.is_null()).then(|| unsafe { arc_from_live(parent) });
-        Lender::new(self.id, parent, None)
+        let parent = unsafe { parent.as_ref() };
+        Lender::new(self.id, parent, parent.and_then(|p| p.outer().cloned()))
     }
 
     /// Admits `lender` now if a token is free, counting it. No waiting.
@@ -205,7 +213,7 @@ impl Registry {
     }
 
     /// The job of `lender` has finished: it is no longer in flight, and its token moves on.
-    pub fn finish_job(&self, lender: &Lender) {
+    pub fn finish_job(&self, lender: Arc<Lender>) {
         self.counters.job_finished();
         if let Some(child) = self.tokens.finish(lender) {
             self.start_granted(child);
@@ -355,14 +363,6 @@ impl WorkerThread {
         &self.registry
     }
 
-    /// The job this thread is running now.
-    pub fn current_lender(&self) -> Option<Arc<Lender>> {
-        let ptr = self.current.get();
-        // SAFETY: `current` points to the lender of a job this thread is running, kept alive
-        // by that job's frame.
-        (!ptr.is_null()).then(|| unsafe { arc_from_live(ptr) })
-    }
-
     /// The raw pointer to the current job's lender (for join halves).
     pub fn current_ptr(&self) -> *const Lender {
         self.current.get()
@@ -377,8 +377,8 @@ impl WorkerThread {
     }
 
     /// Runs an admitted job's `body` (which must not unwind), then finishes the job.
-    pub fn run_admitted(&self, lender: &Arc<Lender>, body: impl FnOnce()) {
-        self.with_current(Arc::as_ptr(lender), body);
+    pub fn run_admitted(&self, lender: Arc<Lender>, body: impl FnOnce()) {
+        self.with_current(Arc::as_ptr(&lender), body);
         self.registry.finish_job(lender);
     }
 

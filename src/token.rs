@@ -11,7 +11,8 @@
 //! * [`TokenTable::free`]: the count of pool tokens nobody holds.
 //! * [`TokenTable::waiters`]: a lock-free FIFO of jobs waiting for a pool token.
 //! * Per job, a [`Lender`] with one atomic *lending word*: the `LENT` bit (its token is out on
-//!   loan to a child), the `FINISHED` bit (its body has returned), and the address of the one
+//!   loan to a child), the `FINISHED` bit (its body has returned), the `OVERFLOW` bit (a child
+//!   has waited in its overflow queue: only calls crossing pools do that), and the address of the one
 //!   child waiting to borrow it (a job spawns from its own thread and each spawn waits for its
 //!   admission, so a job has at most one child waiting at a time; when calls from other pools
 //!   make a second one, it waits for a pool token only). A second atomic,
@@ -33,11 +34,28 @@
 //! | a job finishes while lending | [`TokenTable::finish`] | the token stays *parked* on the chain until the loan returns (rule 4); it is released exactly once, by whichever of `finish` and the loan's return comes second |
 //! | a pool token is released | [`TokenTable::release_pool`] | handed straight to the first live waiter, or counted free and the queue re-checked (no lost wake-up) |
 //!
+//! # Lifetimes
+//!
+//! Every `Lender` lives in an `Arc`: the job's runner holds one reference, and so do the queues
+//! and slots a waiting job is registered in. A child refers to its parent by address only, so a
+//! spawn costs no reference-count traffic on the parent. The parent is alive whenever a child
+//! uses that address:
+//! * while the child is being admitted or settled, the parent is running: the spawning thread
+//!   runs in it (or, across pools, is blocked in a call made from it, and the `outer` chain,
+//!   which is counted, holds it);
+//! * while the child holds the parent's loan, the parent cannot be freed: if it finishes while
+//!   lending, [`TokenTable::finish`] leaves its reference with the loan (parked), and whoever
+//!   sees the loan come back to a finished parent takes that reference over and drops it once
+//!   the token has moved on (`give_back`, `pump_loan`);
+//! * once the loan is back the child does not touch the parent again, except to look at its
+//!   overflow queue, for which it took a counted reference while the loan was still out.
+//!
 //! Deadlock freedom (B3) follows: a job waits only for its descendants or for a child's
 //! admission, and it waits for admission only while its token is lent to a descendant, which
 //! can proceed. `docs/design.md` writes the proof out.
 
 use std::cell::UnsafeCell;
+use std::mem::ManuallyDrop;
 use std::ptr;
 
 use crossbeam_utils::CachePadded;
@@ -49,8 +67,12 @@ use crate::sync::{fence, Arc, AtomicPtr, AtomicU8, AtomicUsize, Ordering, Waiter
 const LENT: usize = 0b01;
 /// The lending word's bit: the job's body has returned.
 const FINISHED: usize = 0b10;
+/// The lending word's bit: a child has waited in the overflow queue (set once, never cleared).
+/// Setting it is how such a child tells `finish` and the loan's returner to look there, so the
+/// common paths never touch the queue or fence for it.
+const OVERFLOW: usize = 0b100;
 /// The lending word's flag bits; the rest is the address of the waiting borrower.
-const FLAGS: usize = LENT | FINISHED;
+const FLAGS: usize = LENT | FINISHED | OVERFLOW;
 
 /// `Lender::admission`: waiting for a token.
 const PENDING: u8 = 0;
@@ -81,10 +103,13 @@ pub struct Lender {
     /// Further children waiting to borrow while the slot in `lending` is taken; allocated on
     /// first use. Only calls that cross pools make more than one child wait on a job at once.
     overflow: AtomicPtr<WaiterQueue<Arc<Lender>>>,
-    /// The job that spawned this one, in the same pool: the lender of its loan, and the way up.
-    parent: Option<Arc<Lender>>,
-    /// For a root job started by a job of another pool: that job (the tree crosses pools).
-    origin: Option<Arc<Lender>>,
+    /// The job that spawned this one (across pools: its nearest ancestor in this pool), the
+    /// lender of its loan; null for a root. Not counted: see "Lifetimes" in the module doc for
+    /// why it is alive whenever it is used, which keeps reference counting off the spawn path.
+    parent: *const Lender,
+    /// The nearest job of another pool above this one (the job whose call into this pool
+    /// started this job's tree), counted, so that calls crossing pools find their ancestors.
+    outer: Option<Arc<Lender>>,
     /// Root = 1, child = parent + 1.
     level: usize,
     /// The id of the pool whose table admits this job.
@@ -94,24 +119,27 @@ pub struct Lender {
     ticket: UnsafeCell<Option<Ticket>>,
 }
 
-// SAFETY: every field but `ticket` is Sync. `ticket` is written only by the spawning thread
-// before the lender is shared as a waiter, and read only by the single thread that wins the
-// `admission` compare-and-swap; the queue push / CAS that publish the lender order the two.
+// SAFETY: every field but `ticket` and `parent` is Sync. `ticket` is written only by the
+// spawning thread before the lender is shared as a waiter, and read only by the single thread
+// that wins the `admission` compare-and-swap; the queue push / CAS that publish the lender
+// order the two. `parent` is immutable and points to a `Lender`, which is Sync.
 unsafe impl Sync for Lender {}
 // SAFETY: as above; the ticket's contents are Send.
 unsafe impl Send for Lender {}
 
 impl Lender {
     /// The state of a job that is not yet admitted: a child of `parent` in `pool`, or a root when
-    /// `parent` is `None` (`origin`: the job of another pool that started it, if any).
-    pub fn new(pool: usize, parent: Option<Arc<Lender>>, origin: Option<Arc<Lender>>) -> Self {
+    /// `parent` is `None`. `outer`: the nearest job of another pool above it, if any.
+    ///
+    /// `parent` must stay alive as described in the module doc ("Lifetimes").
+    pub fn new(pool: usize, parent: Option<&Lender>, outer: Option<Arc<Lender>>) -> Self {
         Lender {
             lending: AtomicUsize::new(0),
             admission: AtomicU8::new(PENDING),
             overflow: AtomicPtr::new(ptr::null_mut()),
-            level: parent.as_ref().map_or(1, |p| p.level + 1),
-            parent,
-            origin,
+            level: parent.map_or(1, |p| p.level + 1),
+            parent: parent.map_or(ptr::null(), |p| p as *const Lender),
+            outer,
             pool,
             ticket: UnsafeCell::new(None),
         }
@@ -137,15 +165,26 @@ impl Lender {
         }
     }
 
-    /// The nearest job, this one or an ancestor (across pools too), that belongs to `pool`.
-    pub fn nearest_in(this: &Arc<Self>, pool: usize) -> Option<Arc<Lender>> {
-        let mut cur = this;
-        loop {
-            if cur.pool == pool {
-                return Some(cur.clone());
-            }
-            cur = cur.parent.as_ref().or(cur.origin.as_ref())?;
+    /// The job's parent, if it has one.
+    fn parent(&self) -> Option<&Lender> {
+        // SAFETY: the parent is alive whenever a child uses it (module doc, "Lifetimes").
+        unsafe { self.parent.as_ref() }
+    }
+
+    /// The nearest job of another pool above this one.
+    pub fn outer(&self) -> Option<&Arc<Lender>> {
+        self.outer.as_ref()
+    }
+
+    /// The nearest ancestor, across pools, that belongs to `pool` (another pool than this
+    /// job's): the first job of `pool` on the chain of `outer` links, each of which is counted,
+    /// so the result lives as long as this job.
+    pub fn ancestor_in(&self, pool: usize) -> Option<&Lender> {
+        let mut cur = self.outer.as_deref()?;
+        while cur.pool != pool {
+            cur = cur.outer.as_deref()?;
         }
+        Some(cur)
     }
 
     /// Stores what a granter must make runnable.
@@ -312,6 +351,29 @@ impl Lender {
         None
     }
 
+    /// Sets `OVERFLOW` after an entry was pushed to the overflow queue, unless the job has
+    /// finished. The release publishes the entry to whoever reads the bit with acquire: `finish`
+    /// (which then drains the queue) and the loan's returner (which then looks there).
+    fn announce_overflow(&self) -> bool {
+        // Relaxed first read: the CAS below decides.
+        let mut s = self.lending.load(Ordering::Relaxed);
+        loop {
+            if s & FINISHED != 0 {
+                return false;
+            }
+            // AcqRel: release the pushed entry (see above); acquire the current state.
+            match self.lending.compare_exchange_weak(
+                s,
+                s | OVERFLOW,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(now) => s = now,
+            }
+        }
+    }
+
     /// Whether a child may wait in the overflow queue.
     fn overflow_waiting(&self) -> bool {
         // Acquire: as in `grant_overflow`.
@@ -437,7 +499,7 @@ impl TokenTable {
     /// Admits `child` now if a token is free without waiting: its parent's, else the pool's.
     /// `child` must not be registered as a waiter (no other thread may see it yet).
     pub fn try_admit(&self, child: &Lender) -> Option<Admission> {
-        if child.parent.as_ref().is_some_and(|p| p.try_lend()) {
+        if child.parent().is_some_and(Lender::try_lend) {
             child.admit_unshared(LOAN);
             return Some(Admission::Loan);
         }
@@ -453,17 +515,15 @@ impl TokenTable {
     /// token frees first: its parent's (rule 2) or the pool's. Its ticket must be set.
     pub fn register(&self, child: &Arc<Lender>) -> Registration {
         let mut busy_parent = None;
-        if let Some(parent) = &child.parent {
+        if let Some(parent) = child.parent() {
             match parent.register_borrower(child) {
                 Borrow::Lent => return Registration::Admitted,
                 Borrow::Registered | Borrow::Finished => {}
                 Borrow::Busy => {
                     parent.overflow_queue().push(child.clone());
-                    // SeqCst fence: pairs with the one in `finish`. Either the parent's `finish`
-                    // sees this entry and drains it, or this sees `FINISHED` and drains it, so
-                    // no entry keeps a finished parent alive through a reference cycle.
-                    fence(Ordering::SeqCst);
-                    if parent.lending.load(Ordering::SeqCst) & FINISHED != 0 {
+                    if !parent.announce_overflow() {
+                        // The parent finished first, so its `finish` did not drain this entry:
+                        // drain it here, or it keeps the parent alive through a cycle.
                         parent.drain_overflow();
                     }
                     busy_parent = Some(parent);
@@ -486,7 +546,7 @@ impl TokenTable {
     /// a job that holds the only token and spawns in a loop would pile them up without bound.
     /// So every `STALE_PURGE` of them the queue is purged, which may admit a waiter: returned.
     pub fn settle(&self, child: &Arc<Lender>) -> Option<Arc<Lender>> {
-        if let Some(parent) = &child.parent {
+        if let Some(parent) = child.parent() {
             parent.withdraw_borrower(child);
         }
         if child.admission() != Some(Admission::Loan) {
@@ -519,45 +579,53 @@ impl TokenTable {
     }
 
     /// The job's body returned: releases its token, unless it is lent out (then it stays parked
-    /// until the loan returns, rule 4). Returns the waiting job that received it, if any.
-    pub fn finish(&self, job: &Lender) -> Option<Arc<Lender>> {
-        // SeqCst: pairs with the loan's return (exactly one of the two releases the token), and
-        // with the fence of a child registering in the overflow queue (see `register`).
-        let was = job.lending.fetch_or(FINISHED, Ordering::SeqCst);
+    /// until the loan returns, rule 4, and `job`'s reference goes with the loan). Returns the
+    /// waiting job that received the token, if any.
+    pub fn finish(&self, job: Arc<Lender>) -> Option<Arc<Lender>> {
+        // AcqRel: pairs with the loan's return (exactly one of the two releases the token), and
+        // acquires the entries announced by `OVERFLOW`.
+        let was = job.lending.fetch_or(FINISHED, Ordering::AcqRel);
         // Children still waiting for this job's loan fall back to the pool queue, where they
         // are registered too (rule 4); only calls from other pools can leave one here.
         if was & !FLAGS != 0 {
             job.withdraw_borrower_at(was & !FLAGS);
         }
-        fence(Ordering::SeqCst);
-        job.drain_overflow();
+        if was & OVERFLOW != 0 {
+            job.drain_overflow();
+        }
         if was & LENT != 0 {
+            // Parked: the loan keeps the lender alive; whoever sees it come back to a finished
+            // lender takes this reference over (`give_back`, `pump_loan`).
+            let _ = Arc::into_raw(job);
             return None;
         }
         self.give_back(job)
     }
 
     /// Passes the token of `job`, which holds it unlent and has finished, to where it came from.
-    fn give_back(&self, job: &Lender) -> Option<Arc<Lender>> {
+    fn give_back(&self, job: Arc<Lender>) -> Option<Arc<Lender>> {
         let mut job = job;
         loop {
+            // Relaxed: the job's own admission, read by a thread that saw it run or finish.
             if job.admission.load(Ordering::Relaxed) != LOAN {
-                // Relaxed: the job's own admission, read by the thread that ran it.
                 return self.release_pool();
             }
-            let parent = job.parent.as_deref().expect("a loan has a lender");
-            match return_loan(parent) {
+            let parent = job.parent;
+            // SAFETY: the parent is alive: it lent this job its token and the loan is still out.
+            match return_loan(unsafe { &*parent }) {
                 LoanReturn::Passed(child) => return Some(child),
-                LoanReturn::Kept => {
-                    // SeqCst fence: a child that registered in the overflow queue meanwhile is
-                    // seen here, or it sees the loan back (its fence in `register`).
-                    fence(Ordering::SeqCst);
-                    return match parent.overflow_waiting() {
-                        true => self.pump_loan(parent),
+                // A child that announced itself in the overflow queue before the loan came back
+                // is seen here (the CAS acquired its `OVERFLOW`); one that announces later
+                // finds the token free and takes it in `pump_loan`.
+                LoanReturn::Kept { overflow } => {
+                    return overflow.and_then(|parent| match parent.overflow_waiting() {
+                        true => self.pump_loan(&parent),
                         false => None,
-                    };
+                    });
                 }
-                LoanReturn::ParentFinished => job = parent,
+                // SAFETY: the parent finished while lending and left its reference with the
+                // loan (see `finish`); the loan came back to this thread, so the reference is ours.
+                LoanReturn::ParentFinished => job = unsafe { Arc::from_raw(parent) },
             }
         }
     }
@@ -572,16 +640,16 @@ impl TokenTable {
             }
             match return_loan(parent) {
                 LoanReturn::Passed(child) => return Some(child),
-                LoanReturn::Kept => {}
+                // `return_loan` cleared the loan; look once more, as in `give_back`. (The
+                // caller keeps `parent` alive; the reference `Kept` carries is not needed.)
+                LoanReturn::Kept { overflow: Some(_) } if parent.overflow_waiting() => {}
+                LoanReturn::Kept { .. } => return None,
                 // The parent finished while this thread held its token: the token was parked
-                // with this loan, so it moves on from here.
-                LoanReturn::ParentFinished => return self.give_back(parent),
-            }
-            // `return_loan` cleared the loan; look once more, as it did not re-check.
-            // SeqCst fence: as in `give_back`.
-            fence(Ordering::SeqCst);
-            if !parent.overflow_waiting() {
-                return None;
+                // with this loan, so it moves on from here, with the reference `finish` left.
+                // SAFETY: as in `give_back`.
+                LoanReturn::ParentFinished => {
+                    return self.give_back(unsafe { Arc::from_raw(parent as *const Lender) })
+                }
             }
         }
     }
@@ -591,9 +659,19 @@ impl TokenTable {
         if let Some(child) = self.grant_first_waiter() {
             return Some(child);
         }
-        // SeqCst: publish the free token before looking at the queue again (see `register`).
+        self.count_free_and_recheck()
+    }
+
+    /// Counts a held pool token free, then looks at the queue again: a waiter that registered
+    /// after this thread found the queue empty is either seen now, or sees the free token in
+    /// its own re-check. No fence is needed on this side: the increment is a SeqCst RMW and
+    /// crossbeam's `Injector::is_empty` loads with SeqCst, which pairs with the waiter's SeqCst
+    /// fence between its push and its load of `free` (C++ [atomics.order]: an SC load ordered
+    /// after the fence in the single total order sees the push; one ordered before it puts this
+    /// increment before the fence too, and the waiter's load then sees it).
+    fn count_free_and_recheck(&self) -> Option<Arc<Lender>> {
+        // SeqCst: the releaser's half of the handshake described above.
         self.free.fetch_add(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
         if self.waiters.is_empty() {
             None
         } else {
@@ -610,8 +688,8 @@ impl TokenTable {
             if let Some(child) = self.grant_first_waiter() {
                 return Some(child);
             }
+            // SeqCst: as in `count_free_and_recheck`.
             self.free.fetch_add(1, Ordering::SeqCst);
-            fence(Ordering::SeqCst);
             if self.waiters.is_empty() {
                 return None;
             }
@@ -620,6 +698,10 @@ impl TokenTable {
 
     /// Grants the held pool token to the oldest waiter still pending, skipping stale entries.
     fn grant_first_waiter(&self) -> Option<Arc<Lender>> {
+        // `is_empty` first: a pop of an empty queue costs a fence.
+        if self.waiters.is_empty() {
+            return None;
+        }
         while let Some(child) = self.waiters.pop() {
             if child.grant(POOL) {
                 self.note_pool_admission();
@@ -650,7 +732,11 @@ enum LoanReturn {
     /// Passed straight to the lender's waiting child (rule 3).
     Passed(Arc<Lender>),
     /// Back with the lender, which is still running.
-    Kept,
+    Kept {
+        /// When a child ever waited in the lender's overflow queue: a reference to the lender,
+        /// taken while the loan still kept it alive, to look there after the loan is back.
+        overflow: Option<Arc<Lender>>,
+    },
     /// The lender had finished: its parked token moves on (rule 4).
     ParentFinished,
 }
@@ -684,24 +770,40 @@ fn return_loan(parent: &Lender) -> LoanReturn {
                 }
                 Err(now) => s = now,
             }
-        } else if let Some(child) = (s & FINISHED == 0)
+        } else if let Some(child) = (s & (FINISHED | OVERFLOW) == OVERFLOW)
             .then(|| parent.grant_overflow())
             .flatten()
         {
             return LoanReturn::Passed(child);
         } else {
-            // SeqCst: ends the loan for the next `try_lend`, and orders this store before the
-            // overflow re-check in `give_back` and `pump_loan` (the handshake with `register`'s fence).
+            // While the loan is out the lender is alive; once it is back it may finish and be
+            // freed. So take a reference now if its overflow queue is to be looked at after.
+            // SAFETY: every lender lives in an `Arc`, kept alive here by the loan.
+            let keep = (s & (FINISHED | OVERFLOW) == OVERFLOW).then(|| unsafe { counted(parent) });
+            // AcqRel: release ends the loan for the next `try_lend`; acquire sees `FINISHED` and
+            // the entries announced by `OVERFLOW`.
             match parent.lending.compare_exchange_weak(
                 s,
                 s & !LENT,
-                Ordering::SeqCst,
+                Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
                 Ok(_) if s & FINISHED != 0 => return LoanReturn::ParentFinished,
-                Ok(_) => return LoanReturn::Kept,
+                Ok(_) => return LoanReturn::Kept { overflow: keep },
                 Err(now) => s = now,
             }
         }
     }
+}
+
+/// A new counted reference to `lender`.
+///
+/// # Safety
+/// `lender` must live in an `Arc` (every `Lender` is made with `Arc::new`) that is kept alive
+/// during the call.
+pub unsafe fn counted(lender: &Lender) -> Arc<Lender> {
+    // SAFETY: the pointer came from an `Arc` that is alive (caller's contract); `ManuallyDrop`
+    // leaves that `Arc`'s count alone and the clone takes a count of its own.
+    let borrowed = ManuallyDrop::new(unsafe { Arc::from_raw(lender as *const Lender) });
+    Arc::clone(&borrowed)
 }

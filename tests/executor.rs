@@ -336,7 +336,7 @@ fn a_waiting_thread_hands_back_its_own_join_half_instead_of_burying_a_lender() {
             )
         });
         assert!(ran_b_child.load(Ordering::SeqCst));
-        spin_until(|| a.stats().inflight == 0);
+        common::wait_idle(&a);
         common::assert_idle(&a.stats());
     });
 }

@@ -236,7 +236,7 @@ fn a_parked_token_waits_for_the_detached_child_that_outlives_its_parent() {
         release.store(true, Ordering::SeqCst);
         other.join().unwrap();
         assert!(second_ran.load(Ordering::SeqCst));
-        spin_until(|| pool.stats().inflight == 0);
+        common::wait_idle(&pool);
         assert_idle(&pool.stats());
     });
 }
@@ -364,7 +364,7 @@ fn random_trees_over_random_caps_and_threads() {
             let detached = Arc::new(AtomicUsize::new(0));
             pool.scope(|s| random_tree(s, &pool, &probe, &detached, cap, seed, 6));
             spin_until(|| detached.load(Ordering::SeqCst) == 0);
-            spin_until(|| pool.stats().inflight == 0);
+            common::wait_idle(&pool);
             let stats = pool.stats();
             let what = format!("round {round}: {threads} threads, cap {cap}, seed {seed}");
             assert!(stats.peak_executing <= cap, "B1 {what}: {stats:?}");

@@ -106,7 +106,7 @@ impl World {
 
     /// Adds a root job (`parent: None`) or a child of job `parent`; returns its index.
     fn job(&mut self, parent: Option<usize>) -> usize {
-        let lender = Lender::new(POOL, parent.map(|p| self.jobs[p].lender.clone()), None);
+        let lender = Lender::new(POOL, parent.map(|p| &*self.jobs[p].lender), None);
         self.jobs.push(Job {
             lender: Arc::new(lender),
             parent,
@@ -196,7 +196,7 @@ impl World {
 
     /// Job `i`'s body returned: finishes it and makes runnable what that granted.
     fn finish(&self, i: usize) {
-        let granted = self.table.finish(self.lender(i));
+        let granted = self.table.finish(self.lender(i).clone());
         self.granted(granted);
     }
 
@@ -238,7 +238,7 @@ impl World {
             }
         }
         for root in &fresh[..self.table.cap()] {
-            assert!(self.table.finish(root).is_none(), "nobody waits");
+            assert!(self.table.finish(root.clone()).is_none(), "nobody waits");
         }
         assert_eq!(self.table.in_use(), 0);
     }

@@ -82,6 +82,16 @@ pub fn assert_bounds(stats: &treepool::Stats, cap: usize) {
     );
 }
 
+/// Waits (under the caller's watchdog) until the pool is idle again: nothing in flight and every
+/// token back. A job's in-flight count drops just before its token moves on, so for detached
+/// work, where the caller cannot know when the last job ends, both are waited for.
+pub fn wait_idle(pool: &treepool::ThreadPool) {
+    spin_until(|| {
+        let stats = pool.stats();
+        stats.inflight == 0 && stats.tokens_in_use == 0
+    });
+}
+
 /// Asserts B4: nothing in flight, no token in use.
 pub fn assert_idle(stats: &treepool::Stats) {
     assert_eq!(stats.inflight, 0, "B4: inflight after idle: {stats:?}");
