@@ -164,13 +164,13 @@ impl Registry {
     /// parked otherwise. Returns once the job is admitted.
     ///
     /// `lender` may live inside `job`: it is not touched once the job is runnable (the slow path
-    /// takes its own reference first), so a spawn costs no reference-count traffic on it.
+    /// takes its own reference before registering it), so admission costs no reference-count
+    /// traffic on it.
     pub fn admit(&self, lender: &Arc<Lender>, job: JobRef) {
         if self.try_admit(lender) {
             self.make_runnable(job);
             return;
         }
-        let lender = &lender.clone();
         let here = WorkerThread::current();
         if let Some(worker) = here.filter(|w| w.registry.id == self.id) {
             // Help first: the newest job of our own deque is usually the sibling whose token we
@@ -184,6 +184,8 @@ impl Registry {
                 }
             }
         }
+        // From here on the job may run and free the lender it holds: take a reference.
+        let lender = &lender.clone();
         // SAFETY: the lender is not registered anywhere yet.
         unsafe {
             lender.set_ticket(Ticket {
