@@ -45,6 +45,7 @@ impl JobRef {
     ///
     /// # Safety
     /// On a worker thread of the job's pool, once per job, while the job is alive.
+    #[inline]
     pub unsafe fn run(self) {
         // SAFETY: forwarded from the caller.
         unsafe { (self.run)(self.data) }
@@ -222,11 +223,13 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
         }
     }
 
-    /// Runs `b` on the joiner's thread as part of the joiner's job (no admission).
-    pub fn run_inline(&self, worker: &WorkerThread) -> JobResult<R> {
-        // SAFETY: only the thread that popped the job back, or that saw it handed back, runs it.
+    /// Runs `b` in the joiner's own frame, as part of the joiner's job (no admission): the
+    /// thread's current job is the joiner's already.
+    #[inline]
+    pub fn run_inline(&self) -> JobResult<R> {
+        // SAFETY: only the joiner runs it inline, after popping it back or seeing it handed back.
         let func = unsafe { (*self.func.get()).take() }.expect("a job runs once");
-        worker.with_current(self.parent, || JobResult::call(func))
+        JobResult::call(func)
     }
 
     /// The result a thief stored. Call once the latch is set and not handed back.

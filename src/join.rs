@@ -27,7 +27,7 @@ where
             break None;
         }
         match worker.pop() {
-            Some(job) if job == b_ref => break Some(job_b.run_inline(worker)),
+            Some(job) if job == b_ref => break Some(job_b.run_inline()),
             // A job pushed above `b` (a detached spawn of `a`): it is admitted; run it.
             // SAFETY: jobs in the deque are alive and run once.
             Some(job) => unsafe { job.run() },
@@ -39,7 +39,7 @@ where
     };
     let result_b = match result_b {
         Some(result) => result,
-        None if job_b.latch.handed_back() => job_b.run_inline(worker),
+        None if job_b.latch.handed_back() => job_b.run_inline(),
         None => job_b.take_result(),
     };
     // Both halves have finished; `a`'s panic wins over `b`'s.

@@ -54,12 +54,14 @@ impl Latch {
     }
 
     /// Whether the latch is set (either way).
+    #[inline]
     pub fn probe(&self) -> bool {
         // Acquire: pairs with the setter's release, so the job's result is visible.
         self.state.load(Ordering::Acquire) != UNSET
     }
 
     /// Whether a thief handed the job back instead of running it.
+    #[inline]
     pub fn handed_back(&self) -> bool {
         // Acquire: as in `probe`.
         self.state.load(Ordering::Acquire) == HANDED_BACK
@@ -109,6 +111,7 @@ impl CountLatch {
     }
 
     /// One more job to wait for.
+    #[inline]
     pub fn increment(&self) {
         // Relaxed: the caller holds a count already, so this cannot race with the final decrement.
         self.count.fetch_add(1, Ordering::Relaxed);

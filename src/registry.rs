@@ -26,7 +26,7 @@ pub type PanicHandler = Box<dyn Fn(Box<dyn std::any::Any + Send>) + Send + Sync>
 /// Rounds a worker looks for work before it tries to sleep.
 const SPIN_ROUNDS: u32 = 64;
 /// Of those, the first rounds spin; the rest yield the CPU.
-const SPIN_ONLY_ROUNDS: u32 = 16;
+const SPIN_ONLY_ROUNDS: u32 = 0;
 
 static NEXT_POOL_ID: StdAtomicUsize = StdAtomicUsize::new(1);
 
@@ -50,6 +50,7 @@ pub struct WorkerSeed {
 
 impl WorkerSeed {
     /// The index of the worker this seed starts.
+    #[inline]
     pub fn index(&self) -> usize {
         self.index
     }
@@ -84,6 +85,7 @@ impl Registry {
     }
 
     /// The pool's unique id.
+    #[inline]
     pub fn id(&self) -> usize {
         self.id
     }
@@ -99,6 +101,7 @@ impl Registry {
     }
 
     /// The workers' sleep state.
+    #[inline]
     pub fn sleep(&self) -> &Sleep {
         &self.sleep
     }
@@ -120,6 +123,7 @@ impl Registry {
     /// The state of a new job started by the calling thread in this pool: a child of the
     /// calling thread's current job, of its nearest ancestor in this pool when the call crossed
     /// pools, or a root.
+    #[inline]
     pub fn new_lender(&self) -> Arc<Lender> {
         let current = WorkerThread::current().map(WorkerThread::current_ptr);
         // SAFETY: a thread's current job is alive while it runs there (null between jobs).
@@ -149,6 +153,7 @@ impl Registry {
     }
 
     /// Admits `lender` now if a token is free, counting it. No waiting.
+    #[inline]
     pub fn try_admit(&self, lender: &Lender) -> bool {
         match self.tokens.try_admit(lender) {
             Some(how) => {
@@ -215,6 +220,7 @@ impl Registry {
     }
 
     /// The job of `lender` has finished: it is no longer in flight, and its token moves on.
+    #[inline]
     pub fn finish_job(&self, lender: Arc<Lender>) {
         self.counters.job_finished();
         if let Some(child) = self.tokens.finish(lender) {
@@ -268,6 +274,7 @@ impl Registry {
         }
     }
 
+    #[inline]
     fn note_admitted(&self, lender: &Lender, how: Admission) {
         let counter = match how {
             Admission::Loan => Counter::AdmittedOnLoan,
@@ -279,6 +286,7 @@ impl Registry {
 
     /// Pushes an admitted job: to the calling worker's deque if it is one of ours, else to the
     /// injector.
+    #[inline]
     fn make_runnable(&self, job: JobRef) {
         match WorkerThread::current() {
             Some(w) if w.registry.id == self.id => w.push(job),
@@ -290,6 +298,7 @@ impl Registry {
     }
 
     /// The calling thread's counter slot.
+    #[inline]
     fn slot(&self) -> usize {
         match WorkerThread::current() {
             Some(w) if w.registry.id == self.id => w.index,
@@ -339,6 +348,7 @@ pub struct WorkerThread {
 
 impl WorkerThread {
     /// The calling thread's worker state, if it is a worker of some pool.
+    #[inline]
     pub fn current<'a>() -> Option<&'a WorkerThread> {
         let ptr = WORKER.with(Cell::get);
         // SAFETY: the pointer is set by `main_loop` for the thread's whole life as a worker and
@@ -350,6 +360,7 @@ impl WorkerThread {
     ///
     /// # Safety
     /// The calling thread must be a worker.
+    #[inline]
     pub unsafe fn current_unchecked<'a>() -> &'a WorkerThread {
         // SAFETY: the caller's contract.
         unsafe { &*WORKER.with(Cell::get) }
@@ -361,16 +372,19 @@ impl WorkerThread {
     }
 
     /// This worker's pool.
+    #[inline]
     pub fn registry(&self) -> &Arc<Registry> {
         &self.registry
     }
 
     /// The raw pointer to the current job's lender (for join halves).
+    #[inline]
     pub fn current_ptr(&self) -> *const Lender {
         self.current.get()
     }
 
     /// Runs `f` with `job` as this thread's current job.
+    #[inline]
     pub fn with_current<T>(&self, job: *const Lender, f: impl FnOnce() -> T) -> T {
         let outer = self.current.replace(job);
         let value = f();
@@ -379,6 +393,7 @@ impl WorkerThread {
     }
 
     /// Runs an admitted job's `body` (which must not unwind), then finishes the job.
+    #[inline]
     pub fn run_admitted(&self, lender: Arc<Lender>, body: impl FnOnce()) {
         self.with_current(Arc::as_ptr(&lender), body);
         self.registry.finish_job(lender);
@@ -391,6 +406,7 @@ impl WorkerThread {
     }
 
     /// Pops the most recently pushed job of this worker's deque.
+    #[inline]
     pub fn pop(&self) -> Option<JobRef> {
         self.deque.pop()
     }

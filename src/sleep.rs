@@ -93,14 +93,21 @@ impl Sleep {
     /// seen. Without the fence of [`Sleep::new_work`] a sleeper that is just settling down can
     /// be missed; that costs parallelism, never progress, because the pushing worker drains its
     /// own deque before it may sleep. This keeps a full fence off `join`'s fast path.
+    #[inline]
     pub fn new_local_work(&self) {
         self.announce();
     }
 
+    #[inline]
     fn announce(&self) {
-        if self.sleepers.load(Ordering::SeqCst) == 0 {
-            return;
+        if self.sleepers.load(Ordering::SeqCst) != 0 {
+            self.wake_one();
         }
+    }
+
+    /// Announces new work to the sleepers and wakes one that is blocked.
+    #[cold]
+    fn wake_one(&self) {
         self.announcements.fetch_add(1, Ordering::SeqCst);
         for index in 0..self.workers.len() {
             if self.wake_worker(index) {

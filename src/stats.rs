@@ -89,6 +89,7 @@ impl Counters {
     }
 
     /// Counts an event in row `slot`.
+    #[inline]
     pub fn bump(&self, slot: usize, counter: Counter) {
         let cell = &self.per_thread[slot][counter as usize];
         if slot + 1 < self.per_thread.len() {
@@ -102,6 +103,7 @@ impl Counters {
     }
 
     /// A job at `level` was admitted; called before it can run.
+    #[inline]
     pub fn job_admitted(&self, level: usize) {
         // The depth first, so that no snapshot shows `inflight > cap × peak_depth`.
         raise(&self.flight.peak_depth, level);
@@ -111,6 +113,7 @@ impl Counters {
     }
 
     /// A job's body returned.
+    #[inline]
     pub fn job_finished(&self) {
         // Relaxed: as in `job_admitted`.
         self.flight.inflight.fetch_sub(1, Ordering::Relaxed);
@@ -144,6 +147,7 @@ impl Counters {
 }
 
 /// Raises `peak` to `value`; reads first so the common case writes nothing.
+#[inline]
 fn raise(peak: &AtomicUsize, value: usize) {
     // Relaxed: a statistic; fetch_max keeps it exact.
     if value > peak.load(Ordering::Relaxed) {

@@ -146,16 +146,19 @@ impl Lender {
     }
 
     /// The job's level: root = 1.
+    #[inline]
     pub fn level(&self) -> usize {
         self.level
     }
 
     /// The pool this job belongs to.
+    #[inline]
     pub fn pool(&self) -> usize {
         self.pool
     }
 
     /// How the job was admitted, or `None` while it waits.
+    #[inline]
     pub fn admission(&self) -> Option<Admission> {
         // Acquire: pairs with the granter's AcqRel CAS, so the caller sees what the grant published.
         match self.admission.load(Ordering::Acquire) {
@@ -166,12 +169,14 @@ impl Lender {
     }
 
     /// The job's parent, if it has one.
+    #[inline]
     fn parent(&self) -> Option<&Lender> {
         // SAFETY: the parent is alive whenever a child uses it (module doc, "Lifetimes").
         unsafe { self.parent.as_ref() }
     }
 
     /// The nearest job of another pool above this one.
+    #[inline]
     pub fn outer(&self) -> Option<&Arc<Lender>> {
         self.outer.as_ref()
     }
@@ -206,6 +211,7 @@ impl Lender {
     }
 
     /// Marks the job admitted as `how` if it is still pending. Exactly one caller wins.
+    #[inline]
     fn grant(&self, how: u8) -> bool {
         // AcqRel: release publishes the grant to the waiting spawner; acquire sees its ticket.
         self.admission
@@ -214,6 +220,7 @@ impl Lender {
     }
 
     /// Marks a job that no other thread can see yet (not registered anywhere) admitted as `how`.
+    #[inline]
     fn admit_unshared(&self, how: u8) {
         debug_assert_eq!(self.admission.load(Ordering::Relaxed), PENDING);
         // Release: the job's push to a deque publishes it anyway; no RMW needed, nobody races.
@@ -221,6 +228,7 @@ impl Lender {
     }
 
     /// Lends this job's token to a child if it is not lent already (rule 2).
+    #[inline]
     pub fn try_lend(&self) -> bool {
         // Relaxed first read: the CAS below decides.
         let mut s = self.lending.load(Ordering::Relaxed);
@@ -467,6 +475,7 @@ impl TokenTable {
     }
 
     /// Tokens taken from the pool and not yet returned.
+    #[inline]
     pub fn in_use(&self) -> usize {
         // Relaxed: a statistic; the count itself is exact.
         self.cap - self.free.load(Ordering::Relaxed)
@@ -479,6 +488,7 @@ impl TokenTable {
     }
 
     /// Takes a free pool token, if any.
+    #[inline]
     pub fn try_pool(&self) -> bool {
         // SeqCst: part of the register/re-check handshake with `release_pool` (see `register`).
         let mut free = self.free.load(Ordering::SeqCst);
@@ -498,6 +508,7 @@ impl TokenTable {
 
     /// Admits `child` now if a token is free without waiting: its parent's, else the pool's.
     /// `child` must not be registered as a waiter (no other thread may see it yet).
+    #[inline]
     pub fn try_admit(&self, child: &Lender) -> Option<Admission> {
         if child.parent().is_some_and(Lender::try_lend) {
             child.admit_unshared(LOAN);
@@ -697,6 +708,7 @@ impl TokenTable {
     }
 
     /// Grants the held pool token to the oldest waiter still pending, skipping stale entries.
+    #[inline]
     fn grant_first_waiter(&self) -> Option<Arc<Lender>> {
         // `is_empty` first: a pop of an empty queue costs a fence.
         if self.waiters.is_empty() {
@@ -711,6 +723,7 @@ impl TokenTable {
         None
     }
 
+    #[inline]
     fn note_pool_admission(&self) {
         let in_use = self.in_use();
         // Relaxed: a statistic; read first so the common case writes nothing.
