@@ -23,10 +23,8 @@ use crate::token::{counted, Admission, Lender, Registration, TokenTable};
 /// A panic handler for detached jobs.
 pub type PanicHandler = Box<dyn Fn(Box<dyn std::any::Any + Send>) + Send + Sync>;
 
-/// Rounds a worker looks for work before it tries to sleep.
+/// Rounds a worker looks for work, yielding the CPU between rounds, before it tries to sleep.
 const SPIN_ROUNDS: u32 = 64;
-/// Of those, the first rounds spin; the rest yield the CPU.
-const SPIN_ONLY_ROUNDS: u32 = 0;
 
 static NEXT_POOL_ID: StdAtomicUsize = StdAtomicUsize::new(1);
 
@@ -421,11 +419,7 @@ impl WorkerThread {
                 idle = 0;
             } else if idle < SPIN_ROUNDS {
                 idle += 1;
-                if idle <= SPIN_ONLY_ROUNDS {
-                    std::hint::spin_loop();
-                } else {
-                    thread::yield_now();
-                }
+                thread::yield_now();
             } else {
                 self.registry
                     .sleep
