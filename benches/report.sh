@@ -370,6 +370,10 @@ for name, label in (("indexer", "peak files"), ("producer", "peak items")):
 if not any_sweep:
     w("No sweep results (set `TREEPOOL_BENCH_CAPS`).\n")
 
+notes = out.parent / "benchmarks-notes.md"
+if notes.exists():
+    w(notes.read_text())
+
 if stale_seen:
     w("> Note: these results predate this run (left from an earlier one): "
       + ", ".join(sorted(set(stale_seen))) + "\n")

@@ -13,9 +13,12 @@ use crate::ThreadPool;
 /// The environment variable read by `num_threads(0)` (the default).
 pub const NUM_THREADS_ENV: &str = "TREEPOOL_NUM_THREADS";
 
-/// Tokens per worker thread when `max_inflight` is not set. See `docs/benchmarks.md` for the
-/// measurements behind this choice.
-pub const DEFAULT_TOKENS_PER_THREAD: usize = 4;
+/// Tokens per worker thread when `max_inflight` is not set.
+///
+/// Chosen from the `max_inflight` sweep in `docs/benchmarks.md`: with 2 tokens per thread the
+/// seed's indexer and the producer loop ran as fast as with 4, 8 or 16 (1 per thread was a
+/// third slower on the indexer), and the memory held grows linearly with the cap.
+pub const DEFAULT_TOKENS_PER_THREAD: usize = 2;
 
 /// Configures and builds a [`ThreadPool`], or the global pool.
 ///

@@ -2,8 +2,9 @@
 //!
 //! This module owns the join protocol. `b` is pushed where thieves can take it and `a` runs
 //! inline as part of the current job; then the joiner pops `b` back and runs it inline too (the
-//! fast path: no admission, no shared state beyond the deque). Only a thief admits `b` (see
-//! [`JoinJob`]); if it cannot, it hands `b` back and the joiner runs it inline. The joiner never
+//! fast path: no admission, no shared state beyond the deque). Whoever else takes `b` from the
+//! deque (a thief, or this thread helping deeper in its stack) admits it (see [`JoinJob`]); if
+//! it cannot, it hands `b` back and the joiner runs it inline. The joiner never
 //! blocks: while `b` is away it runs other admitted jobs.
 
 use crate::job::{JobResult, JoinJob};

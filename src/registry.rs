@@ -174,6 +174,8 @@ impl Registry {
             self.make_runnable(job);
             return;
         }
+        // No token is free: this admission waits, helping or registered.
+        self.counters.bump(self.slot(), Counter::AdmissionWaits);
         let here = WorkerThread::current();
         if let Some(worker) = here.filter(|w| w.registry.id == self.id) {
             // Help first: the newest job of our own deque is usually the sibling whose token we
@@ -205,7 +207,6 @@ impl Registry {
                 return;
             }
             Registration::Waiting(granted) => {
-                self.counters.bump(self.slot(), Counter::AdmissionWaits);
                 if let Some(child) = granted {
                     self.start_granted(child);
                 }

@@ -107,8 +107,8 @@ impl Counters {
     pub fn job_admitted(&self, level: usize) {
         // The depth first, so that no snapshot shows `inflight > cap × peak_depth`.
         raise(&self.flight.peak_depth, level);
-        // Relaxed: the count is exact by RMW; nothing else is published through it.
-        let now = self.flight.inflight.fetch_add(1, Ordering::Relaxed) + 1;
+        // Release: a snapshot that reads this count (acquire) sees the depth raised above.
+        let now = self.flight.inflight.fetch_add(1, Ordering::Release) + 1;
         raise(&self.flight.peak_inflight, now);
     }
 
@@ -128,10 +128,13 @@ impl Counters {
                 .map(|row| row[c as usize].load(Ordering::Relaxed))
                 .sum()
         };
+        // Acquire: pairs with `job_admitted`, so `peak_depth` below is at least the depth of
+        // every job counted here.
+        let inflight = self.flight.inflight.load(Ordering::Acquire);
         // Relaxed: statistics; each figure is exact, the snapshot is not atomic as a whole.
         let load = |a: &AtomicUsize| a.load(Ordering::Relaxed);
         Stats {
-            inflight: load(&self.flight.inflight),
+            inflight,
             peak_inflight: load(&self.flight.peak_inflight),
             executing: tokens_in_use,
             peak_executing: peak_tokens,

@@ -29,8 +29,8 @@
 //! |---|---|---|
 //! | child borrows its parent's unlent token | [`Lender::try_lend`] | the chain grows by one level, one job per level (B2); the parent stops executing as the child starts (B1) |
 //! | child takes a free pool token | [`TokenTable::try_pool`] | a new chain; `free` never goes below zero (B1) |
-//! | child registers with its parent and the pool queue, then re-checks | [`TokenTable::register`] | no lost wake-up: either the re-check sees the freed token or the releaser sees the registration (both sides fence) |
-//! | a loan returns to a running parent with a waiting child | [`TokenTable::finish`] | the loan passes straight on, the chain keeps its length (B1, B2; rule 3) |
+//! | child registers with its parent and the pool queue, then re-checks | [`TokenTable::register`] | no lost wake-up: either the re-check sees the freed token or the releaser's re-check sees the registration (the waiter fences; the releaser's SeqCst increment and SeqCst queue load pair with it) |
+//! | a loan returns to a running parent with a waiting child | `return_loan`, from [`TokenTable::finish`] | the loan passes straight on, the chain keeps its length (B1, B2; rule 3) |
 //! | a job finishes while lending | [`TokenTable::finish`] | the token stays *parked* on the chain until the loan returns (rule 4); it is released exactly once, by whichever of `finish` and the loan's return comes second |
 //! | a pool token is released | [`TokenTable::release_pool`] | handed straight to the first live waiter, or counted free and the queue re-checked (no lost wake-up) |
 //!
@@ -96,7 +96,7 @@ pub enum Admission {
 /// while it waits. Aligned so that the low bits of its address are free for the lending word.
 #[repr(align(8))]
 pub struct Lender {
-    /// The lending word: borrower address | `LENT` | `FINISHED`.
+    /// The lending word: borrower address | `LENT` | `FINISHED` | `OVERFLOW`.
     lending: AtomicUsize,
     /// `PENDING`, `LOAN` or `POOL`; leaves `PENDING` by one compare-and-swap.
     admission: AtomicU8,

@@ -8,8 +8,8 @@
 //! ```
 //!
 //! (`CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true` is optional: it turns on the table's own
-//! `debug_assert!`s, such as "a lender dropped with a borrower registered", at little cost. It
-//! currently fails [`child_of_finishing_parent`] on the assertion in `TokenTable::finish`.)
+//! `debug_assert!`s, such as "a lender dropped with a borrower registered", at little cost; CI
+//! runs the models with it.)
 //! Each model fixes its own preemption bound through [`loom::model::Builder`] (none at all for
 //! the two-thread models, which loom explores exhaustively), so the result does not depend on
 //! `LOOM_MAX_PREEMPTIONS`. `--nocapture` shows how many executions each model explored.
@@ -645,14 +645,14 @@ fn two_waiting_children_with_overflow() {
 
 /// Model 8: a child reaches a parent that is finishing (rule 4). Only a call crossing pools from
 /// a detached descendant can do that: P (pool A) spawned C1 on its loan and started a detached
-/// root in pool B, which spawns C2 back into pool A as P's child (`Lender::nearest_in`). Thread A
+/// root in pool B, which spawns C2 back into pool A as P's child (`Lender::ancestor_in`). Thread A
 /// finishes P (its token stays parked with the loan), thread B finishes C1 (the loan returns), and
 /// thread C spawns C2. C2 is admitted exactly once, on the loan or on a pool token, and the token
 /// goes back to the pool exactly once.
 ///
-/// Known issue: with debug assertions on, this fails on `TokenTable::finish`'s "a job finished
-/// with a child waiting to borrow": C2 can register in P's borrower slot (P lent, not yet
-/// finished) just before P finishes. Conservation holds; C2 then gets the parked loan.
+/// C2 can register in P's borrower slot (P lent, not yet finished) just before P finishes: this
+/// model found that `finish` then left it there and passed the parked loan on, against rule 4.
+/// Now `finish` withdraws it and it is admitted from the pool.
 #[test]
 fn child_of_finishing_parent() {
     model(Some(3), || {
@@ -697,7 +697,7 @@ fn child_of_finishing_parent() {
 /// This model found two bugs, now fixed: (1) if P finished after C3 found the slot taken
 /// (`Borrow::Busy`) but before C3 pushed itself to P's overflow queue, `finish`'s
 /// `drain_overflow` missed C3, and the queue entry (an `Arc` of C3, whose parent is P) was never
-/// dropped (now both sides fence and re-check). (2) If C2's return left P's token unlent before
+/// dropped (now the child announces itself with the `OVERFLOW` bit, which `finish` reads). (2) If C2's return left P's token unlent before
 /// C3 pushed itself, C3's `pump_loan` took the token and P finished before `return_loan`, which
 /// returned `ParentFinished`: the token was lost (now `pump_loan` passes it on like `give_back`).
 #[test]
