@@ -250,7 +250,7 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
         // it must be admitted like any job, or go back to the joiner unrun (B3, B5).
         let registry = worker.registry();
         // SAFETY: the joiner's job is alive while the joiner waits for this job.
-        let lender = Arc::new(registry.new_child(job.parent));
+        let lender = Arc::new(unsafe { registry.new_child(job.parent) });
         if !registry.try_admit(&lender) {
             // No token: the joiner runs `b` inline when it sees this.
             registry.note_handed_back();

@@ -144,7 +144,7 @@ impl Registry {
     ///
     /// # Safety
     /// `parent` is null or points to a lender kept alive by a running job.
-    pub fn new_child(&self, parent: *const Lender) -> Lender {
+    pub unsafe fn new_child(&self, parent: *const Lender) -> Lender {
         // SAFETY: the caller's contract.
         let parent = unsafe { parent.as_ref() };
         Lender::new(self.id, parent, parent.and_then(|p| p.outer().cloned()))
