@@ -48,6 +48,16 @@ impl ThreadPool {
     /// Runs `op` in the pool and returns its result; the calling thread waits (a worker of
     /// another pool runs that pool's jobs meanwhile). On a worker of this pool, `op` runs inline
     /// in the current job. A panic in `op` is raised again here.
+    ///
+    /// ```
+    /// let pool = treepool::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    /// let words = vec!["lend", "one", "token"];
+    /// let total: usize = pool.install(|| {
+    ///     assert!(treepool::current_thread_index().is_some()); // on a worker
+    ///     words.iter().map(|w| w.len()).sum()
+    /// });
+    /// assert_eq!(total, 12);
+    /// ```
     pub fn install<OP, R>(&self, op: OP) -> R
     where
         OP: FnOnce() -> R + Send,

@@ -18,6 +18,20 @@ use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 /// `inflight <= max_inflight * peak_depth`; once the pool is idle, `inflight`, `executing` and
 /// `tokens_in_use` are zero.
 ///
+/// ```
+/// let pool = treepool::ThreadPoolBuilder::new().num_threads(2).max_inflight(3).build().unwrap();
+/// pool.scope(|s| {
+///     for _ in 0..100 {
+///         s.spawn(|_| {});
+///     }
+/// });
+/// let stats = pool.stats();
+/// assert!(stats.peak_executing <= 3);
+/// assert!(stats.peak_inflight <= 3 * stats.peak_depth);
+/// assert_eq!(stats.admitted_on_loan + stats.admitted_from_pool, 101); // 100 spawns + the root
+/// assert_eq!((stats.inflight, stats.tokens_in_use), (0, 0)); // idle again
+/// ```
+///
 /// [`ThreadPool::stats`]: crate::ThreadPool::stats
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
