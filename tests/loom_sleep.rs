@@ -27,31 +27,13 @@
 //! `AtomicBool` set with `Release` and probed with `Acquire`, as `Latch` does.
 #![cfg(loom)]
 
+#[path = "common/loom_model.rs"]
+mod loom_model;
+
 use loom::sync::atomic::{fence, AtomicBool, Ordering};
 use loom::thread;
+use loom_model::model;
 use treepool::__loom::{Arc, Sleep};
-
-/// Runs `f` under loom, exploring the interleavings with at most `preemptions` preemptions
-/// (`None`: all of them; the two-thread models are small enough). Prints how many it explored.
-fn model<F>(preemptions: Option<usize>, f: F)
-where
-    F: Fn() + Sync + Send + 'static,
-{
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = std::env::var("XP")
-        .ok()
-        .map(|v| v.parse().unwrap())
-        .or(preemptions);
-    // Counts the executions explored (shown with `--nocapture`); std's atomic, outside the model.
-    let executions = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counter = executions.clone();
-    builder.check(move || {
-        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        f();
-    });
-    let executions = executions.load(std::sync::atomic::Ordering::Relaxed);
-    println!("{executions} executions, preemption bound {preemptions:?}");
-}
 
 /// Whether the (modelled) deques hold work, read as `WorkerThread::has_work` does.
 fn has_work(work: &AtomicBool) -> bool {

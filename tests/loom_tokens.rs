@@ -47,34 +47,16 @@
 //! with loom primitives, since the real ones need a `Registry` with worker threads.
 #![cfg(loom)]
 
+#[path = "common/loom_model.rs"]
+mod loom_model;
+
 use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use loom::thread;
+use loom_model::model;
 use treepool::__loom::{Admission, Arc, Lender, Registration, TokenTable};
 
 /// The pool id every lender of a model belongs to.
 const POOL: usize = 0;
-
-/// Runs `f` under loom, exploring the interleavings with at most `preemptions` preemptions
-/// (`None`: all of them; the two-thread models are small enough). Prints how many it explored.
-fn model<F>(preemptions: Option<usize>, f: F)
-where
-    F: Fn() + Sync + Send + 'static,
-{
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = std::env::var("XP")
-        .ok()
-        .map(|v| v.parse().unwrap())
-        .or(preemptions);
-    // Counts the executions explored (shown with `--nocapture`); std's atomic, outside the model.
-    let executions = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counter = executions.clone();
-    builder.check(move || {
-        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        f();
-    });
-    let executions = executions.load(std::sync::atomic::Ordering::Relaxed);
-    println!("{executions} executions, preemption bound {preemptions:?}");
-}
 
 /// One job of a model and what happened to it.
 struct Job {

@@ -1,0 +1,23 @@
+//! The loom model runner shared by `tests/loom_*.rs`.
+
+/// Runs `f` under loom, exploring the interleavings with at most `preemptions` preemptions
+/// (`None`: all of them; the two-thread models are small enough). Prints how many it explored.
+pub fn model<F>(preemptions: Option<usize>, f: F)
+where
+    F: Fn() + Sync + Send + 'static,
+{
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = std::env::var("TREEPOOL_LOOM_PREEMPTIONS")
+        .ok()
+        .map(|v| v.parse().unwrap())
+        .or(preemptions);
+    // Counts the executions explored (shown with `--nocapture`); std's atomic, outside the model.
+    let executions = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = executions.clone();
+    builder.check(move || {
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        f();
+    });
+    let executions = executions.load(std::sync::atomic::Ordering::Relaxed);
+    println!("{executions} executions, preemption bound {preemptions:?}");
+}
