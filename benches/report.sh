@@ -47,7 +47,11 @@ target_dir="$(cargo metadata --format-version 1 --no-deps |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
 started="$(date +%s)"
 
+stamp="$target_dir/treepool-bench/run-stamp"
 if [[ -z "${TREEPOOL_REPORT_SKIP_RUN:-}" ]]; then
+    mkdir -p "$(dirname "$stamp")"
+    # When and on what commit the measurements were taken, for a later SKIP_RUN rebuild.
+    printf '%s\n%s\n' "$(date -u '+%Y-%m-%d %H:%M UTC')" "$(git rev-parse --short HEAD)" >"$stamp"
     cargo bench --no-run
     for t in "${threads[@]}"; do
         for b in $benches; do
@@ -178,12 +182,16 @@ w("Times are criterion medians (`target/criterion/<group>/<function>/new/estimat
   "`pool.install`. Memory figures come from separate untimed runs on fresh pools "
   "(`target/treepool-bench/*.json`): *peak alive* is a user-side count of live 100 KB buffers, "
   "*peak heap* the peak of a counting global allocator above the level before the run.\n")
-w(f"- Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}")
+stamp = target / "treepool-bench" / "run-stamp"
+run_date, run_commit = (stamp.read_text().split("\n")[:2] if stamp.exists() else (
+    f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
+    cmd('git', 'rev-parse', '--short', 'HEAD')))
+w(f"- Date of the measurements: {run_date}")
 w(f"- Machine: {cpu_model()}; {logical} logical CPUs"
   + (f" ({physical} physical cores)" if physical else "")
   + f", `nproc` = {os.environ['REPORT_AVAIL']}"
   + f"; {platform.system()} {platform.release()}")
-w(f"- Toolchain: {cmd('rustc', '--version')}; commit {cmd('git', 'rev-parse', '--short', 'HEAD')}")
+w(f"- Toolchain: {cmd('rustc', '--version')}; measured at commit {run_commit}")
 w(f"- Mode: {'QUICK smoke run (short measurement, not for decisions)' if quick else 'full'}; "
   f"pool sizes: {', '.join(str(t) for t in threads)} threads")
 w("")
