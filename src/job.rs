@@ -18,7 +18,7 @@ use std::cell::UnsafeCell;
 use std::panic::{self, AssertUnwindSafe};
 
 use crate::latch::{CountLatch, Latch, WakeTarget};
-use crate::registry::WorkerThread;
+use crate::registry::{Registry, WorkerThread};
 use crate::sync::Arc;
 use crate::token::Lender;
 
@@ -108,13 +108,16 @@ impl<F: FnOnce() + Send> HeapJob<F> {
         })
     }
 
-    /// The job's admission state.
-    pub fn lender(&self) -> &Arc<Lender> {
-        &self.lender
+    /// Admits the job into `registry` and makes it runnable (see [`Registry::admit`]).
+    pub fn admit(self: Box<Self>, registry: &Registry) {
+        let lender: *const Arc<Lender> = &self.lender;
+        // SAFETY: the lender lives in the boxed job, which stays put until it runs, and it runs
+        // only after `admit` made it runnable, after which `admit` does not touch `lender`.
+        registry.admit(unsafe { &*lender }, self.into_job_ref());
     }
 
     /// Erases the job's type. The job is freed when run.
-    pub fn into_job_ref(self: Box<Self>) -> JobRef {
+    fn into_job_ref(self: Box<Self>) -> JobRef {
         JobRef {
             data: Box::into_raw(self) as *const (),
             run: Self::run,

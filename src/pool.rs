@@ -14,7 +14,6 @@ use crate::registry::{wait_on, Registry, WorkerThread};
 use crate::scope::{scope_in_worker, Scope};
 use crate::stats::Stats;
 use crate::sync::Arc;
-use crate::token::Lender;
 
 /// A work-stealing pool whose jobs are admitted through a lending token table.
 ///
@@ -134,18 +133,16 @@ where
 }
 
 /// Spawns a detached job into `registry` from any thread.
-fn spawn_in<F: FnOnce() + Send + 'static>(registry: &Arc<Registry>, f: F) {
-    let lender = registry.new_lender();
-    let handler = registry.clone();
+fn spawn_in<F: FnOnce() + Send + 'static>(registry: &Registry, f: F) {
     let body = move || {
         if let JobResult::Panic(payload) = JobResult::call(f) {
-            handler.handle_panic(payload);
+            // SAFETY: jobs run only on workers, of the pool they were admitted into.
+            unsafe { WorkerThread::current_unchecked() }
+                .registry()
+                .handle_panic(payload);
         }
     };
-    let job = HeapJob::new(lender, body, std::ptr::null());
-    let lender: *const Arc<Lender> = job.lender();
-    // SAFETY: as in `Scope::spawn`: `admit` does not touch the lender once the job may run.
-    registry.admit(unsafe { &*lender }, job.into_job_ref());
+    HeapJob::new(registry.new_lender(), body, std::ptr::null()).admit(registry);
 }
 
 static GLOBAL: OnceLock<Arc<Registry>> = OnceLock::new();

@@ -15,7 +15,6 @@ use crate::job::{HeapJob, JobResult};
 use crate::latch::CountLatch;
 use crate::registry::{Registry, WorkerThread};
 use crate::sync::{Arc, AtomicPtr, Ordering};
-use crate::token::Lender;
 
 /// A scope in which jobs may be spawned that borrow data living at least as long as `'scope`.
 ///
@@ -81,11 +80,7 @@ impl<'scope> Scope<'scope> {
                 scope.store_panic(payload);
             }
         };
-        let job = HeapJob::new(self.registry.new_lender(), body, &self.latch);
-        let lender: *const Arc<Lender> = job.lender();
-        // SAFETY: the lender lives in the boxed job, which stays put until it runs, and it runs
-        // only after `admit` made it runnable, after which `admit` does not touch `lender`.
-        self.registry.admit(unsafe { &*lender }, job.into_job_ref());
+        HeapJob::new(self.registry.new_lender(), body, &self.latch).admit(&self.registry);
     }
 
     fn store_panic(&self, payload: Box<dyn Any + Send>) {

@@ -15,7 +15,7 @@
 //!   has waited in its overflow queue: only calls crossing pools do that), and the address of the one
 //!   child waiting to borrow it (a job spawns from its own thread and each spawn waits for its
 //!   admission, so a job has at most one child waiting at a time; when calls from other pools
-//!   make a second one, it waits for a pool token only). A second atomic,
+//!   make a second one, it waits in the job's overflow queue and the pool queue). A second atomic,
 //!   `admission`, is the job's own state as a waiter: `PENDING`, then `LOAN` or `POOL`, set by a
 //!   single compare-and-swap, so exactly one granter wins and a stale queue entry is skipped.
 //!
@@ -543,7 +543,7 @@ impl TokenTable {
         }
         self.waiters.push(child.clone());
         // SeqCst fence: either the re-checks below see a token that a releaser freed, or that
-        // releaser's re-check (after its own fence) sees this registration.
+        // releaser's re-check sees this registration (see `count_free_and_recheck`).
         fence(Ordering::SeqCst);
         let granted = busy_parent.and_then(|parent| self.pump_loan(parent));
         Registration::Waiting(granted.or_else(|| self.pump()))
@@ -680,31 +680,28 @@ impl TokenTable {
     /// fence between its push and its load of `free` (C++ [atomics.order]: an SC load ordered
     /// after the fence in the single total order sees the push; one ordered before it puts this
     /// increment before the fence too, and the waiter's load then sees it).
+    /// If a waiter turns up, takes a free token back for it (as `pump` does).
     fn count_free_and_recheck(&self) -> Option<Arc<Lender>> {
-        // SeqCst: the releaser's half of the handshake described above.
-        self.free.fetch_add(1, Ordering::SeqCst);
-        if self.waiters.is_empty() {
-            None
-        } else {
-            self.pump()
+        loop {
+            // SeqCst: the releaser's half of the handshake described above.
+            self.free.fetch_add(1, Ordering::SeqCst);
+            if self.waiters.is_empty() || !self.try_pool() {
+                // Nobody waits, or another thread took the token: its holder passes it on.
+                return None;
+            }
+            if let Some(child) = self.grant_first_waiter() {
+                return Some(child);
+            }
         }
     }
 
     /// While a token is free and someone waits, hands one over. Returns the job admitted.
     fn pump(&self) -> Option<Arc<Lender>> {
-        loop {
-            if !self.try_pool() {
-                return None; // no free token: its holder will pump when it releases it
-            }
-            if let Some(child) = self.grant_first_waiter() {
-                return Some(child);
-            }
-            // SeqCst: as in `count_free_and_recheck`.
-            self.free.fetch_add(1, Ordering::SeqCst);
-            if self.waiters.is_empty() {
-                return None;
-            }
+        if !self.try_pool() {
+            return None; // no free token: its holder will pump when it releases it
         }
+        self.grant_first_waiter()
+            .or_else(|| self.count_free_and_recheck())
     }
 
     /// Grants the held pool token to the oldest waiter still pending, skipping stale entries.
@@ -730,13 +727,6 @@ impl TokenTable {
         if in_use > self.peak_in_use.load(Ordering::Relaxed) {
             self.peak_in_use.fetch_max(in_use, Ordering::Relaxed);
         }
-    }
-}
-
-impl Drop for TokenTable {
-    fn drop(&mut self) {
-        // Drain so that waiters' `Arc`s are released even if a pool is torn down mid-wait.
-        while self.waiters.pop().is_some() {}
     }
 }
 
