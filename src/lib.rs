@@ -52,6 +52,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod builder;
+mod chaos;
 mod job;
 mod join;
 mod latch;

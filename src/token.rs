@@ -278,6 +278,7 @@ impl Lender {
                     return Borrow::Lent;
                 }
                 Ok(_) => {
+                    crate::chaos::point();
                     // The lending word now owns one reference to the child.
                     std::mem::forget(child.clone());
                     return Borrow::Registered;
@@ -596,6 +597,7 @@ impl TokenTable {
         // AcqRel: pairs with the loan's return (exactly one of the two releases the token), and
         // acquires the entries announced by `OVERFLOW`.
         let was = job.lending.fetch_or(FINISHED, Ordering::AcqRel);
+        crate::chaos::point();
         // Children still waiting for this job's loan fall back to the pool queue, where they
         // are registered too (rule 4); only calls from other pools can leave one here.
         if was & !FLAGS != 0 {
@@ -762,6 +764,7 @@ fn return_loan(parent: &Lender) -> LoanReturn {
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
+                    crate::chaos::point();
                     // SAFETY: the slot owned one reference (see `register_borrower`), and the
                     // CAS above moved it to this thread.
                     let child = unsafe { Arc::from_raw(borrower) };
