@@ -8,6 +8,7 @@ use std::fmt;
 
 use crate::registry::{main_loop, PanicHandler, Registry};
 use crate::sync::Arc;
+use crate::token::MAX_TOKENS;
 use crate::ThreadPool;
 
 /// The environment variable read by `num_threads(0)` (the default).
@@ -68,7 +69,9 @@ impl ThreadPoolBuilder {
     }
 
     /// The number of tokens: at most this many jobs execute at once, and at most
-    /// `max_inflight × levels` are in flight. `0` is a build error.
+    /// `max_inflight × levels` are in flight (calls from other pools' jobs add one credit token
+    /// each while they run, see [`ThreadPool::install`](crate::ThreadPool::install)). `0`, or
+    /// more than 2³² − 1, is a build error.
     pub fn max_inflight(mut self, cap: usize) -> Self {
         self.max_inflight = Some(cap);
         self
@@ -123,8 +126,15 @@ impl ThreadPoolBuilder {
         let num_threads = resolve_num_threads(self.num_threads)?;
         let max_inflight = match self.max_inflight {
             Some(0) => return Err(BuildError::new("max_inflight must be at least 1, got 0")),
+            Some(cap) if cap > MAX_TOKENS => {
+                return Err(BuildError::new(format!(
+                    "max_inflight must be at most {MAX_TOKENS}, got {cap}"
+                )))
+            }
             Some(cap) => cap,
-            None => num_threads.saturating_mul(DEFAULT_TOKENS_PER_THREAD),
+            None => num_threads
+                .saturating_mul(DEFAULT_TOKENS_PER_THREAD)
+                .min(MAX_TOKENS),
         };
         let cores = match self.pin_threads {
             false => None,
@@ -137,12 +147,18 @@ impl ThreadPoolBuilder {
                 }
             },
         };
+        // Every name before any worker starts: a `thread_name` closure that panics then leaves
+        // no worker behind.
+        let mut names: Vec<Option<String>> = match self.thread_name.as_mut() {
+            Some(name) => (0..num_threads).map(|i| Some(name(i))).collect(),
+            None => vec![None; num_threads],
+        };
         let (registry, seeds) = Registry::new(num_threads, max_inflight, self.panic_handler.take());
         for seed in seeds {
             let index = seed.index();
             let mut builder = std::thread::Builder::new();
-            if let Some(name) = self.thread_name.as_mut() {
-                builder = builder.name(name(index));
+            if let Some(name) = names[index].take() {
+                builder = builder.name(name);
             }
             if let Some(bytes) = self.stack_size {
                 builder = builder.stack_size(bytes);

@@ -15,6 +15,7 @@
 
 use std::any::Any;
 use std::cell::UnsafeCell;
+use std::io::Write;
 use std::panic::{self, AssertUnwindSafe};
 
 use crate::latch::{CountLatch, Latch, WakeTarget};
@@ -47,8 +48,54 @@ impl JobRef {
     /// On a worker thread of the job's pool, once per job, while the job is alive.
     #[inline]
     pub unsafe fn run(self) {
+        // Job bodies catch their panics and the scheduler around them must not unwind: if
+        // anything does, the pool's state (tokens, counts, latches others wait on) is broken,
+        // and going on could free what other threads still use. Abort instead, as rayon does.
+        let guard = AbortOnUnwind;
         // SAFETY: forwarded from the caller.
-        unsafe { (self.run)(self.data) }
+        unsafe { (self.run)(self.data) };
+        std::mem::forget(guard);
+    }
+}
+
+/// Aborts the process if dropped, which happens only while unwinding out of a job.
+struct AbortOnUnwind;
+
+impl Drop for AbortOnUnwind {
+    fn drop(&mut self) {
+        // `writeln!` to a closed stderr returns an error instead of panicking as `eprintln!` does.
+        let _ = writeln!(
+            std::io::stderr(),
+            "treepool: a panic unwound out of a job into the scheduler; aborting"
+        );
+        std::process::abort();
+    }
+}
+
+/// Drops `value` without letting a panic in its `Drop` unwind out: such a panic is caught, and
+/// its own payload is leaked rather than dropped (its drop could panic again). For panic
+/// payloads and results that a job drops on behalf of user code.
+pub fn drop_quietly<T>(value: T) {
+    if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(move || drop(value))) {
+        std::mem::forget(payload);
+    }
+}
+
+/// The values of two halves of a join, or the first half's panic raised again (else the
+/// second's). Whatever is not returned or raised is dropped quietly, so that a panicking `Drop`
+/// cannot unwind while a panic is already on its way (that would abort).
+pub fn join_values<A, B>(a: JobResult<A>, b: JobResult<B>) -> (A, B) {
+    match (a, b) {
+        (JobResult::Ok(a), JobResult::Ok(b)) => (a, b),
+        (JobResult::Panic(payload), other) => {
+            drop_quietly(other);
+            panic::resume_unwind(payload)
+        }
+        (other, JobResult::Panic(payload)) => {
+            drop_quietly(other);
+            panic::resume_unwind(payload)
+        }
+        _ => unreachable!("a job's result read before it ran"),
     }
 }
 
@@ -56,8 +103,9 @@ impl JobRef {
 pub struct Ticket {
     /// The job to make runnable.
     pub job: JobRef,
-    /// The thread waiting in the spawn call, to wake once the job is admitted.
-    pub waker: WakeTarget,
+    /// The thread waiting in the spawn call, to wake once the job is admitted; `None` when the
+    /// spawner did not wait (a spawn from a worker of another pool).
+    pub waker: Option<WakeTarget>,
 }
 
 /// A job's outcome: not yet run, a value, or the panic it raised.
@@ -111,9 +159,9 @@ impl<F: FnOnce() + Send> HeapJob<F> {
     /// Admits the job into `registry` and makes it runnable (see [`Registry::admit`]).
     pub fn admit(self: Box<Self>, registry: &Registry) {
         let lender: *const Arc<Lender> = &self.lender;
-        // SAFETY: the lender lives in the boxed job, which stays put until it runs, and it runs
-        // only after `admit` made it runnable, after which `admit` does not touch `lender`.
-        registry.admit(unsafe { &*lender }, self.into_job_ref());
+        // SAFETY: the lender lives in the boxed job, which stays put until it runs, and `admit`
+        // does not dereference it once the job is runnable.
+        unsafe { registry.admit(lender, self.into_job_ref()) };
     }
 
     /// Erases the job's type. The job is freed when run.

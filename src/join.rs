@@ -7,7 +7,7 @@
 //! it cannot, it hands `b` back and the joiner runs it inline. The joiner never
 //! blocks: while `b` is away it runs other admitted jobs.
 
-use crate::job::{JobResult, JoinJob};
+use crate::job::{join_values, JobResult, JoinJob};
 use crate::registry::WorkerThread;
 
 /// `join` on a worker thread: the current job's `a` and `b`.
@@ -44,6 +44,5 @@ where
         None => job_b.take_result(),
     };
     // Both halves have finished; `a`'s panic wins over `b`'s.
-    let value_a = result_a.into_value();
-    (value_a, result_b.into_value())
+    join_values(result_a, result_b)
 }

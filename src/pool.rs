@@ -1,9 +1,9 @@
 //! The public entry points: [`ThreadPool`], the global pool, and the free functions.
 //!
 //! This module owns where a call lands: inline in the current job when the calling thread is a
-//! worker of the target pool, or as a new job admitted into that pool otherwise (a root job, or,
-//! when a job of this pool is an ancestor across pools, a child of that job). It never bypasses
-//! the token table.
+//! worker of the target pool, or as a new root job of that pool otherwise (admitted on a pool
+//! token from a thread outside every pool, on the caller's credit from a worker of another pool).
+//! It never bypasses the token table.
 
 use std::sync::{Mutex as StdMutex, OnceLock};
 
@@ -117,7 +117,14 @@ impl Drop for ThreadPool {
     }
 }
 
-/// Runs `op` as a new job of `registry`, from a thread that is not one of its workers.
+/// Runs `op` as a new root job of `registry`, from a thread that is not one of its workers, and
+/// waits for it.
+///
+/// From a thread outside every pool the root waits for a pool token. From a worker of another
+/// pool (a call made inside one of its jobs) it is admitted at once on the caller's credit: the
+/// caller may hold a token of its own pool, and waiting here for a second one while holding it
+/// is what deadlocks pools that call each other. The caller's worker runs its own pool's jobs
+/// while it waits.
 fn run_root<OP, R>(registry: &Arc<Registry>, here: Option<&WorkerThread>, op: OP) -> R
 where
     OP: FnOnce() -> R + Send,
@@ -127,7 +134,12 @@ where
     let waiter = registry.waker_for(here);
     let job = RootJob::new(lender.clone(), op, waiter);
     // SAFETY: `job` stays on this frame until its latch is set, which `wait_on` waits for.
-    registry.admit(&lender, unsafe { job.as_job_ref() });
+    let job_ref = unsafe { job.as_job_ref() };
+    match here {
+        Some(_) => registry.admit_on_credit(&lender, job_ref),
+        // SAFETY: `lender` lives on this frame for the whole call.
+        None => unsafe { registry.admit(&lender, job_ref) },
+    }
     wait_on(here, || job.latch.probe());
     job.into_value()
 }

@@ -13,12 +13,14 @@ use std::sync::atomic::AtomicUsize as StdAtomicUsize;
 
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 
-use crate::job::{JobRef, Ticket};
+use std::io::Write;
+
+use crate::job::{drop_quietly, JobRef, Ticket};
 use crate::latch::WakeTarget;
 use crate::sleep::Sleep;
 use crate::stats::{Counter, Counters, Stats};
 use crate::sync::{thread, Arc, AtomicBool, Ordering};
-use crate::token::{counted, Admission, Lender, Registration, TokenTable};
+use crate::token::{Admission, Lender, Registration, TokenTable};
 
 /// A panic handler for detached jobs.
 pub type PanicHandler = Box<dyn Fn(Box<dyn std::any::Any + Send>) + Send + Sync>;
@@ -113,41 +115,29 @@ impl Registry {
 
     /// A snapshot of the pool's statistics.
     pub fn stats(&self) -> Stats {
-        let in_use = self.tokens.in_use();
-        self.counters
-            .snapshot(in_use, self.tokens.peak_in_use().max(in_use))
+        self.counters.snapshot(&self.tokens)
     }
 
     /// The state of a new job started by the calling thread in this pool: a child of the
-    /// calling thread's current job, of its nearest ancestor in this pool when the call crossed
-    /// pools, or a root.
+    /// calling thread's current job when it is a worker of this pool, else a root (jobs of
+    /// different pools are never linked).
     #[inline]
     pub fn new_lender(&self) -> Arc<Lender> {
-        let current = WorkerThread::current().map(WorkerThread::current_ptr);
+        let parent = WorkerThread::current()
+            .filter(|w| w.registry.id == self.id)
+            .map(WorkerThread::current_ptr);
         // SAFETY: a thread's current job is alive while it runs there (null between jobs).
-        let lender = match current.and_then(|ptr| unsafe { ptr.as_ref() }) {
-            None => Lender::new(self.id, None, None),
-            Some(job) if job.pool() == self.id => {
-                Lender::new(self.id, Some(job), job.outer().cloned())
-            }
-            // SAFETY: as above; every lender lives in an `Arc`.
-            Some(job) => Lender::new(
-                self.id,
-                job.ancestor_in(self.id),
-                Some(unsafe { counted(job) }),
-            ),
-        };
-        Arc::new(lender)
+        Arc::new(unsafe { self.new_child(parent.unwrap_or(ptr::null())) })
     }
 
-    /// The state of a stolen join half whose joiner runs the job `parent`.
+    /// The state of a job of this pool whose parent is `parent` (a root if null).
     ///
     /// # Safety
-    /// `parent` is null or points to a lender kept alive by a running job.
+    /// `parent` is null or points to the lender of a job of this pool kept alive by its run.
+    #[inline]
     pub unsafe fn new_child(&self, parent: *const Lender) -> Lender {
         // SAFETY: the caller's contract.
-        let parent = unsafe { parent.as_ref() };
-        Lender::new(self.id, parent, parent.and_then(|p| p.outer().cloned()))
+        Lender::new(unsafe { parent.as_ref() })
     }
 
     /// Admits `lender` now if a token is free, counting it. No waiting.
@@ -162,40 +152,59 @@ impl Registry {
         }
     }
 
-    /// Admits the job `job` of `lender` into this pool and makes it runnable. While no token is
-    /// free the calling thread waits, running other admitted jobs if it is a worker (of any pool),
-    /// parked otherwise. Returns once the job is admitted.
+    /// Admits the root `lender`, started by a call from a job of another pool, on that call's
+    /// credit (never waiting), and makes its job runnable.
+    pub fn admit_on_credit(&self, lender: &Lender, job: JobRef) {
+        self.tokens.admit_credit(lender);
+        self.note_admitted(lender, Admission::Credit);
+        self.make_runnable(job);
+    }
+
+    /// Admits the job `job` of `*lender` into this pool and makes it runnable.
     ///
-    /// `lender` may live inside `job`: it is not touched once the job is runnable (the slow path
-    /// takes its own reference before registering it), so admission costs no reference-count
-    /// traffic on it.
-    pub fn admit(&self, lender: &Arc<Lender>, job: JobRef) {
-        if self.try_admit(lender) {
+    /// While no token is free: a worker of this pool waits, running other admitted jobs; a
+    /// thread outside every pool parks; a worker of *another* pool does not wait at all (it
+    /// may hold a token of its own pool, and waiting for a second one while holding it could
+    /// deadlock): the job is queued, and whoever frees a token makes it runnable. Returns once
+    /// the job is admitted, or queued.
+    ///
+    /// # Safety
+    /// `lender` points to a live `Arc` that stays put until `job` is runnable; it may live
+    /// inside `job`, so it is not dereferenced once the job can run (a reference would have to
+    /// stay valid for the whole call). Admission then costs no reference-count traffic on it.
+    pub unsafe fn admit(&self, lender: *const Arc<Lender>, job: JobRef) {
+        // SAFETY: `lender` is valid until `job` is runnable (caller's contract); the reference
+        // lives for this call only, which makes nothing runnable.
+        if self.try_admit(unsafe { &*lender }) {
             self.make_runnable(job);
             return;
         }
         // No token is free: this admission waits, helping or registered.
         self.counters.bump(self.slot(), Counter::AdmissionWaits);
         let here = WorkerThread::current();
-        if let Some(worker) = here.filter(|w| w.registry.id == self.id) {
+        let own = here.filter(|w| w.registry.id == self.id);
+        if let Some(worker) = own {
             // Help first: the newest job of our own deque is usually the sibling whose token we
             // wait for, and running it frees that token without any queueing or wake-up.
             while let Some(ready) = worker.pop() {
                 // SAFETY: jobs in the deque are alive and run once, on a worker of their pool.
                 unsafe { ready.run() };
-                if self.try_admit(lender) {
+                // SAFETY: as above: `job` is not runnable yet.
+                if self.try_admit(unsafe { &*lender }) {
                     worker.push(job);
                     return;
                 }
             }
         }
         // From here on the job may run and free the lender it holds: take a reference.
-        let lender = &lender.clone();
+        // SAFETY: as above.
+        let lender = &unsafe { (*lender).clone() };
+        let crossing = here.is_some() && own.is_none();
         // SAFETY: the lender is not registered anywhere yet.
         unsafe {
             lender.set_ticket(Ticket {
                 job,
-                waker: self.waker_for(here),
+                waker: (!crossing).then(|| self.waker_for(here)),
             })
         };
         match self.tokens.register(lender) {
@@ -211,6 +220,10 @@ impl Registry {
                     self.start_granted(child);
                 }
             }
+        }
+        if crossing {
+            // Queued: a root (no parent here), so there is nothing to settle.
+            return;
         }
         wait_on(here, || lender.admission().is_some());
         if let Some(child) = self.tokens.settle(lender) {
@@ -232,19 +245,24 @@ impl Registry {
         self.counters.bump(self.slot(), Counter::HandedBack);
     }
 
-    /// Hands a detached job's panic to the pool's handler, or prints it.
+    /// Hands a detached job's panic to the pool's handler, or prints it. Never unwinds: a
+    /// handler that panics is reported and its panic's payload leaked; the payload itself is
+    /// dropped quietly (its `Drop` may panic); printing ignores a closed stderr.
     pub fn handle_panic(&self, payload: Box<dyn std::any::Any + Send>) {
+        let mut stderr = std::io::stderr();
         match &self.panic_handler {
             Some(handler) => {
                 let call = std::panic::AssertUnwindSafe(|| handler(payload));
-                if std::panic::catch_unwind(call).is_err() {
-                    eprintln!("treepool: the panic handler itself panicked");
+                if let Err(second) = std::panic::catch_unwind(call) {
+                    std::mem::forget(second);
+                    let _ = writeln!(stderr, "treepool: the panic handler itself panicked");
                 }
             }
-            None => eprintln!(
-                "treepool: a detached job panicked: {}",
-                panic_message(payload.as_ref())
-            ),
+            None => {
+                let message = panic_message(payload.as_ref());
+                let _ = writeln!(stderr, "treepool: a detached job panicked: {message}");
+                drop_quietly(payload);
+            }
         }
     }
 
@@ -268,8 +286,10 @@ impl Registry {
         match ticket.waker {
             // The spawner is this very thread (it freed the token while helping): it sees the
             // admission when it next checks.
-            WakeTarget::Worker(index) if self.slot() == index => {}
-            waker => waker.wake(self),
+            Some(WakeTarget::Worker(index)) if self.slot() == index => {}
+            Some(waker) => waker.wake(self),
+            // A spawn from another pool's worker did not wait for its admission.
+            None => {}
         }
     }
 
@@ -278,6 +298,7 @@ impl Registry {
         let counter = match how {
             Admission::Loan => Counter::AdmittedOnLoan,
             Admission::Pool => Counter::AdmittedFromPool,
+            Admission::Credit => Counter::AdmittedOnCredit,
         };
         self.counters.bump(self.slot(), counter);
         self.counters.job_admitted(lender.level());

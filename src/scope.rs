@@ -11,7 +11,7 @@ use std::marker::PhantomData;
 use std::panic;
 use std::ptr;
 
-use crate::job::{HeapJob, JobResult};
+use crate::job::{drop_quietly, HeapJob, JobResult};
 use crate::latch::CountLatch;
 use crate::registry::{Registry, WorkerThread};
 use crate::sync::{Arc, AtomicPtr, Ordering};
@@ -91,8 +91,10 @@ impl<'scope> Scope<'scope> {
             .compare_exchange(ptr::null_mut(), boxed, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
+            // Only the first panic is kept. The payload's `Drop` is user code and may panic too:
+            // dropped quietly, so that nothing unwinds out of the job or the scope body.
             // SAFETY: `boxed` was not published, so it is still only ours.
-            drop(unsafe { Box::from_raw(boxed) });
+            drop_quietly(unsafe { Box::from_raw(boxed) });
         }
     }
 
@@ -143,6 +145,7 @@ where
     unsafe { CountLatch::decrement(&scope.latch, worker.registry()) };
     worker.wait_until(|| scope.latch.probe());
     if let Some(payload) = scope.take_panic() {
+        drop_quietly(value);
         panic::resume_unwind(payload);
     }
     value.expect("the scope body returned")

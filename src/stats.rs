@@ -10,13 +10,17 @@
 use crossbeam_utils::CachePadded;
 
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::token::TokenTable;
 
 /// A snapshot of a pool's admission state and counters, from [`ThreadPool::stats`].
 ///
-/// Peaks and counts are since the pool was built. At every instant
-/// `executing <= max_inflight`, `tokens_in_use <= max_inflight` and
-/// `inflight <= max_inflight * peak_depth`; once the pool is idle, `inflight`, `executing` and
-/// `tokens_in_use` are zero.
+/// Peaks and counts are since the pool was built. At every instant `tokens_in_use <=
+/// max_inflight`, `executing <= max_inflight + calls_in` and `inflight <= (max_inflight +
+/// calls_in) * peak_depth`, where `calls_in` counts the calls into this pool made from jobs of
+/// other pools that are in progress (each runs on its caller's credit, see
+/// [`ThreadPool::install`]); with no such calls these are the bounds B1 and B2 with
+/// `max_inflight` alone. Once the pool is idle, `inflight`, `executing`, `tokens_in_use` and
+/// `calls_in` are zero.
 ///
 /// ```
 /// let pool = treepool::ThreadPoolBuilder::new().num_threads(2).max_inflight(3).build().unwrap();
@@ -40,7 +44,10 @@ pub struct Stats {
     pub inflight: usize,
     /// The most jobs ever in flight at once.
     pub peak_inflight: usize,
-    /// Jobs in flight holding a token that is not lent out.
+    /// Jobs in flight holding a token that is not lent out: one per pool token in use and one
+    /// per call in from another pool. (A job that lends its token goes on running its own code,
+    /// so this bounds the jobs that may *start* work, not the threads running code: those are
+    /// bounded by the number of workers.)
     pub executing: usize,
     /// The most jobs ever executing at once.
     pub peak_executing: usize,
@@ -59,6 +66,14 @@ pub struct Stats {
     /// Join halves (`b` of `join(a, b)`) taken from a deque without a token free to admit
     /// them, and so handed back to their joiner, which ran them inline.
     pub handed_back: u64,
+    /// Calls into this pool from jobs of other pools in progress (`install`, `scope` or `join`
+    /// called on a worker of another pool): each runs as a root job on its caller's credit, a
+    /// token that is not one of this pool's `max_inflight`.
+    pub calls_in: usize,
+    /// The most calls from other pools ever in progress at once.
+    pub peak_calls_in: usize,
+    /// Root jobs admitted on the credit of a call from another pool.
+    pub admitted_on_credit: u64,
 }
 
 /// The per-thread event counters.
@@ -74,6 +89,8 @@ pub enum Counter {
     Steals,
     /// A join half handed back unrun.
     HandedBack,
+    /// A root admitted on the credit of a call from another pool.
+    AdmittedOnCredit,
 }
 
 /// The exact in-flight count and its peaks, together on one cache line.
@@ -88,7 +105,7 @@ struct Flight {
 pub struct Counters {
     flight: CachePadded<Flight>,
     /// One row per worker, and a last one shared by threads outside the pool.
-    per_thread: Box<[CachePadded<[AtomicU64; 5]>]>,
+    per_thread: Box<[CachePadded<[AtomicU64; 6]>]>,
 }
 
 impl Counters {
@@ -134,7 +151,8 @@ impl Counters {
     }
 
     /// A snapshot, with the token figures read off the token table.
-    pub fn snapshot(&self, tokens_in_use: usize, peak_tokens: usize) -> Stats {
+    pub fn snapshot(&self, tokens: &TokenTable) -> Stats {
+        let now = tokens.count();
         let sum = |c: Counter| -> u64 {
             self.per_thread
                 .iter()
@@ -150,15 +168,18 @@ impl Counters {
         Stats {
             inflight,
             peak_inflight: load(&self.flight.peak_inflight),
-            executing: tokens_in_use,
-            peak_executing: peak_tokens,
-            tokens_in_use,
+            executing: now.pool + now.credit,
+            peak_executing: tokens.peak_executing().max(now.pool + now.credit),
+            tokens_in_use: now.pool,
+            calls_in: now.credit,
+            peak_calls_in: tokens.peak_credit().max(now.credit),
             peak_depth: load(&self.flight.peak_depth),
             admitted_on_loan: sum(Counter::AdmittedOnLoan),
             admitted_from_pool: sum(Counter::AdmittedFromPool),
             admission_waits: sum(Counter::AdmissionWaits),
             steals: sum(Counter::Steals),
             handed_back: sum(Counter::HandedBack),
+            admitted_on_credit: sum(Counter::AdmittedOnCredit),
         }
     }
 }

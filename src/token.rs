@@ -1,78 +1,77 @@
 //! The lending token table: admission of every job, lock-free.
 //!
-//! This module owns the `max_inflight` tokens and the rules that move them (the design brief's
-//! lending rules 1–6). It decides *who may start*; it never runs, pushes or wakes anything: an
-//! operation that grants a token to a waiting job returns that job's [`Lender`], and the caller
-//! (the registry) makes it runnable. That keeps this module free of the scheduler, so the loom
-//! models in `tests/loom_tokens.rs` drive it directly.
+//! This module owns the `max_inflight` tokens, the credit tokens of calls that come in from
+//! other pools, and the rules that move them (the design brief's lending rules 1–6). It decides
+//! *who may start*; it never runs, pushes or wakes anything: an operation that grants a token to
+//! a waiting job returns that job's [`Lender`], and the caller (the registry) makes it runnable.
+//! That keeps this module free of the scheduler, so the loom models in `tests/loom_tokens.rs`
+//! drive it directly.
 //!
 //! # State
 //!
-//! * [`TokenTable::free`]: the count of pool tokens nobody holds.
-//! * [`TokenTable::waiters`]: a lock-free FIFO of jobs waiting for a pool token.
+//! * [`TokenTable::tokens`]: one atomic word holding the count of pool tokens nobody holds (low
+//!   32 bits) and the count of credit tokens in use (high 32 bits), so that one load reads both
+//!   and the peak of their sum is exact.
+//! * [`TokenTable::waiters`]: a FIFO of jobs waiting for a pool token (crossbeam's lock-free
+//!   `Injector`).
 //! * Per job, a [`Lender`] with one atomic *lending word*: the `LENT` bit (its token is out on
-//!   loan to a child), the `FINISHED` bit (its body has returned), the `OVERFLOW` bit (a child
-//!   has waited in its overflow queue: only calls crossing pools do that), and the address of the one
-//!   child waiting to borrow it (a job spawns from its own thread and each spawn waits for its
-//!   admission, so a job has at most one child waiting at a time; when calls from other pools
-//!   make a second one, it waits in the job's overflow queue and the pool queue). A second atomic,
-//!   `admission`, is the job's own state as a waiter: `PENDING`, then `LOAN` or `POOL`, set by a
-//!   single compare-and-swap, so exactly one granter wins and a stale queue entry is skipped.
+//!   loan to a child), the `FINISHED` bit (its body has returned), and the address of the one
+//!   child waiting to borrow it. A job's children are spawned by the thread running the job, and
+//!   each spawn returns only once its child is admitted and settled, so a job never has two
+//!   children waiting at once. A second atomic, `admission`, is the job's own state as a waiter:
+//!   `PENDING`, then `LOAN`, `POOL` or `CREDIT`, set by a single compare-and-swap, so exactly
+//!   one granter wins and a stale queue entry is skipped.
 //!
 //! # Transitions, and the invariant each keeps
 //!
-//! Every token in use is held by a *chain*: the job that took it from the pool, the child it lent
-//! it to, that child's child, and so on. Exactly one job on a chain holds it unlent (B1), and a
-//! chain has at most one job per level (B2).
+//! Every token in use is held by a *chain*: the job that took it (from the pool, or on its
+//! caller's credit), the child it lent it to, that child's child, and so on. Exactly one job on a
+//! chain holds it unlent (B1), and a chain has at most one job per level (B2).
 //!
 //! | transition | code | keeps |
 //! |---|---|---|
 //! | child borrows its parent's unlent token | [`Lender::try_lend`] | the chain grows by one level, one job per level (B2); the parent stops executing as the child starts (B1) |
-//! | child takes a free pool token | [`TokenTable::try_pool`] | a new chain; `free` never goes below zero (B1) |
-//! | child registers with its parent and the pool queue, then re-checks | [`TokenTable::register`] | no lost wake-up: either the re-check sees the freed token or the releaser's re-check sees the registration (the waiter fences; the releaser's SeqCst increment and SeqCst queue load pair with it) |
+//! | child takes a free pool token | [`TokenTable::try_pool`] | a new chain; the free count never goes below zero (B1) |
+//! | a call from a job of another pool starts a root on credit | [`TokenTable::admit_credit`] | a new chain that takes no pool token: executing ≤ cap + calls in progress from other pools |
+//! | child registers with its parent and the pool queue, then re-checks | [`TokenTable::register`] | no lost wake-up: either the re-check sees the freed token or the releaser's re-check sees the registration (both sides fence) |
 //! | a loan returns to a running parent with a waiting child | `return_loan`, from [`TokenTable::finish`] | the loan passes straight on, the chain keeps its length (B1, B2; rule 3) |
 //! | a job finishes while lending | [`TokenTable::finish`] | the token stays *parked* on the chain until the loan returns (rule 4); it is released exactly once, by whichever of `finish` and the loan's return comes second |
 //! | a pool token is released | [`TokenTable::release_pool`] | handed straight to the first live waiter, or counted free and the queue re-checked (no lost wake-up) |
+//! | a credit token is released | `give_back` | the credit ends with the chain; no waiter is granted (it was never the pool's) |
 //!
 //! # Lifetimes
 //!
-//! Every `Lender` lives in an `Arc`: the job's runner holds one reference, and so do the queues
-//! and slots a waiting job is registered in. A child refers to its parent by address only, so a
-//! spawn costs no reference-count traffic on the parent. The parent is alive whenever a child
-//! uses that address:
+//! Every `Lender` lives in an `Arc`: the job's runner holds one reference, and so do the queue
+//! and the borrower slot a waiting job is registered in; each reference is counted *before* the
+//! compare-and-swap or push that publishes it, so whoever takes it out may drop it at once. A
+//! child refers to its parent by address only, so a spawn costs no reference-count traffic on
+//! the parent. The parent is alive whenever a child uses that address:
 //! * while the child is being admitted or settled, the parent is running: the spawning thread
-//!   runs in it (or, across pools, is blocked in a call made from it, and the `outer` chain,
-//!   which is counted, holds it);
+//!   runs in it;
 //! * while the child holds the parent's loan, the parent cannot be freed: if it finishes while
-//!   lending, [`TokenTable::finish`] leaves its reference with the loan (parked), and whoever
-//!   sees the loan come back to a finished parent takes that reference over and drops it once
-//!   the token has moved on (`give_back`, `pump_loan`);
-//! * once the loan is back the child does not touch the parent again, except to look at its
-//!   overflow queue, for which it took a counted reference while the loan was still out.
+//!   lending, [`TokenTable::finish`] leaves its reference with the loan (parked) and touches the
+//!   lender no more, and whoever sees the loan come back to a finished parent takes that
+//!   reference over and drops it once the token has moved on (`give_back`);
+//! * once the loan is back the child does not touch the parent again.
 //!
-//! Deadlock freedom (B3) follows: a job waits only for its descendants or for a child's
-//! admission, and it waits for admission only while its token is lent to a descendant, which
-//! can proceed. `docs/design.md` writes the proof out.
+//! Jobs of different pools are never linked: a call from a job of another pool starts a root
+//! here. Deadlock freedom (B3), within a pool and across pools, is proved in `docs/design.md`.
 
 use std::cell::UnsafeCell;
-use std::mem::ManuallyDrop;
 use std::ptr;
 
 use crossbeam_utils::CachePadded;
 
+use crate::chaos;
 use crate::job::Ticket;
-use crate::sync::{fence, Arc, AtomicPtr, AtomicU8, AtomicUsize, Ordering, WaiterQueue};
+use crate::sync::{fence, Arc, AtomicU64, AtomicU8, AtomicUsize, Ordering, WaiterQueue};
 
 /// The lending word's bit: the token is out on loan to a child.
 const LENT: usize = 0b01;
 /// The lending word's bit: the job's body has returned.
 const FINISHED: usize = 0b10;
-/// The lending word's bit: a child has waited in the overflow queue (set once, never cleared).
-/// Setting it is how such a child tells `finish` and the loan's returner to look there, so the
-/// common paths never touch the queue or fence for it.
-const OVERFLOW: usize = 0b100;
 /// The lending word's flag bits; the rest is the address of the waiting borrower.
-const FLAGS: usize = LENT | FINISHED | OVERFLOW;
+const FLAGS: usize = LENT | FINISHED;
 
 /// `Lender::admission`: waiting for a token.
 const PENDING: u8 = 0;
@@ -80,6 +79,16 @@ const PENDING: u8 = 0;
 const LOAN: u8 = 1;
 /// `Lender::admission`: admitted on a pool token.
 const POOL: u8 = 2;
+/// `Lender::admission`: admitted on the credit of a caller in another pool.
+const CREDIT: u8 = 3;
+
+/// `TokenTable::tokens`: one credit token in use (the high half of the word).
+const ONE_CREDIT: u64 = 1 << 32;
+/// `TokenTable::tokens`: the free pool tokens (the low half of the word).
+const FREE_MASK: u64 = ONE_CREDIT - 1;
+
+/// The most tokens a table can have: the free count shares a word with the credit count.
+pub const MAX_TOKENS: usize = FREE_MASK as usize;
 
 /// How a job was admitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,32 +97,25 @@ pub enum Admission {
     Loan,
     /// On a token from the pool.
     Pool,
+    /// On the credit of a caller, a job of another pool blocked in the call.
+    Credit,
 }
 
 /// The admission state of one job, and its token's lending state once admitted.
 ///
-/// Shared (in an `Arc`) by the job, by its children that borrow its token, and by the queues
+/// Shared (in an `Arc`) by the job, by its children that borrow its token, and by the queue
 /// while it waits. Aligned so that the low bits of its address are free for the lending word.
 #[repr(align(8))]
 pub struct Lender {
-    /// The lending word: borrower address | `LENT` | `FINISHED` | `OVERFLOW`.
+    /// The lending word: borrower address | `LENT` | `FINISHED`.
     lending: AtomicUsize,
-    /// `PENDING`, `LOAN` or `POOL`; leaves `PENDING` by one compare-and-swap.
+    /// `PENDING`, `LOAN`, `POOL` or `CREDIT`; leaves `PENDING` by one compare-and-swap.
     admission: AtomicU8,
-    /// Further children waiting to borrow while the slot in `lending` is taken; allocated on
-    /// first use. Only calls that cross pools make more than one child wait on a job at once.
-    overflow: AtomicPtr<WaiterQueue<Arc<Lender>>>,
-    /// The job that spawned this one (across pools: its nearest ancestor in this pool), the
-    /// lender of its loan; null for a root. Not counted: see "Lifetimes" in the module doc for
-    /// why it is alive whenever it is used, which keeps reference counting off the spawn path.
+    /// The job that spawned this one, the lender of its loan; null for a root. Not counted: see
+    /// "Lifetimes" in the module doc for why it is alive whenever it is used.
     parent: *const Lender,
-    /// The nearest job of another pool above this one (the job whose call into this pool
-    /// started this job's tree), counted, so that calls crossing pools find their ancestors.
-    outer: Option<Arc<Lender>>,
     /// Root = 1, child = parent + 1.
     level: usize,
-    /// The id of the pool whose table admits this job.
-    pool: usize,
     /// What the granter makes runnable: written before the job is registered as a waiter, taken
     /// by the one thread whose compare-and-swap admitted it.
     ticket: UnsafeCell<Option<Ticket>>,
@@ -128,19 +130,16 @@ unsafe impl Sync for Lender {}
 unsafe impl Send for Lender {}
 
 impl Lender {
-    /// The state of a job that is not yet admitted: a child of `parent` in `pool`, or a root when
-    /// `parent` is `None`. `outer`: the nearest job of another pool above it, if any.
+    /// The state of a job that is not yet admitted: a child of `parent` in the same pool, or a
+    /// root when `parent` is `None`.
     ///
     /// `parent` must stay alive as described in the module doc ("Lifetimes").
-    pub fn new(pool: usize, parent: Option<&Lender>, outer: Option<Arc<Lender>>) -> Self {
+    pub fn new(parent: Option<&Lender>) -> Self {
         Lender {
             lending: AtomicUsize::new(0),
             admission: AtomicU8::new(PENDING),
-            overflow: AtomicPtr::new(ptr::null_mut()),
             level: parent.map_or(1, |p| p.level + 1),
             parent: parent.map_or(ptr::null(), |p| p as *const Lender),
-            outer,
-            pool,
             ticket: UnsafeCell::new(None),
         }
     }
@@ -151,21 +150,11 @@ impl Lender {
         self.level
     }
 
-    /// The pool this job belongs to.
-    #[inline]
-    pub fn pool(&self) -> usize {
-        self.pool
-    }
-
     /// How the job was admitted, or `None` while it waits.
     #[inline]
     pub fn admission(&self) -> Option<Admission> {
         // Acquire: pairs with the granter's AcqRel CAS, so the caller sees what the grant published.
-        match self.admission.load(Ordering::Acquire) {
-            LOAN => Some(Admission::Loan),
-            POOL => Some(Admission::Pool),
-            _ => None,
-        }
+        decode(self.admission.load(Ordering::Acquire))
     }
 
     /// The job's parent, if it has one.
@@ -173,23 +162,6 @@ impl Lender {
     fn parent(&self) -> Option<&Lender> {
         // SAFETY: the parent is alive whenever a child uses it (module doc, "Lifetimes").
         unsafe { self.parent.as_ref() }
-    }
-
-    /// The nearest job of another pool above this one.
-    #[inline]
-    pub fn outer(&self) -> Option<&Arc<Lender>> {
-        self.outer.as_ref()
-    }
-
-    /// The nearest ancestor, across pools, that belongs to `pool` (another pool than this
-    /// job's): the first job of `pool` on the chain of `outer` links, each of which is counted,
-    /// so the result lives as long as this job.
-    pub fn ancestor_in(&self, pool: usize) -> Option<&Lender> {
-        let mut cur = self.outer.as_deref()?;
-        while cur.pool != pool {
-            cur = cur.outer.as_deref()?;
-        }
-        Some(cur)
     }
 
     /// Stores what a granter must make runnable.
@@ -214,9 +186,12 @@ impl Lender {
     #[inline]
     fn grant(&self, how: u8) -> bool {
         // AcqRel: release publishes the grant to the waiting spawner; acquire sees its ticket.
-        self.admission
+        let won = self
+            .admission
             .compare_exchange(PENDING, how, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+            .is_ok();
+        chaos::point();
+        won
     }
 
     /// Marks a job that no other thread can see yet (not registered anywhere) admitted as `how`.
@@ -232,8 +207,7 @@ impl Lender {
     pub fn try_lend(&self) -> bool {
         // Relaxed first read: the CAS below decides.
         let mut s = self.lending.load(Ordering::Relaxed);
-        // A finished job lends no more: its token was released or is parked with a loan. (Only
-        // a call crossing pools from a detached descendant can reach a finished job here.)
+        // A finished job lends no more: its token was released or is parked with a loan.
         while s & (LENT | FINISHED) == 0 {
             // AcqRel: pairs with the loan's return (release), which ends the previous loan.
             match self.lending.compare_exchange_weak(
@@ -242,7 +216,10 @@ impl Lender {
                 Ordering::AcqRel,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => return true,
+                Ok(_) => {
+                    chaos::point();
+                    return true;
+                }
                 Err(now) => s = now,
             }
         }
@@ -250,51 +227,45 @@ impl Lender {
     }
 
     /// Registers `child` as this job's waiting borrower, unless the token came back meanwhile
-    /// (then the child takes it) or another child waits for it already.
-    fn register_borrower(&self, child: &Arc<Lender>) -> Borrow {
-        let me = Arc::as_ptr(child) as usize;
+    /// (then the child takes it). Returns whether the child was admitted on loan.
+    ///
+    /// The job is running (its own thread is spawning `child`), so it has not finished, and no
+    /// other child of it waits.
+    fn register_borrower(&self, child: &Arc<Lender>) -> bool {
+        // The slot's reference is counted *before* the CAS publishes the child: from then on the
+        // loan's returner may take the child out of the slot, admit it, and drop that reference.
+        let counted = Arc::into_raw(child.clone()) as usize;
         // Relaxed first read: the CAS below decides.
         let mut s = self.lending.load(Ordering::Relaxed);
         loop {
-            let next = if s & FINISHED != 0 {
-                return Borrow::Finished;
-            } else if s & LENT == 0 {
-                s | LENT
-            } else if s & !FLAGS == 0 {
-                s | me
-            } else {
-                // Another child waits (calls from several jobs of other pools that descend from
-                // this one): this one waits for a pool token only.
-                return Borrow::Busy;
+            debug_assert_eq!(s & !LENT, 0, "a running job with one waiting child at most");
+            let next = match s & LENT {
+                0 => s | LENT,
+                _ => s | counted,
             };
             // AcqRel: release publishes the child (and its ticket) to the loan's returner.
             match self
                 .lending
                 .compare_exchange_weak(s, next, Ordering::AcqRel, Ordering::Relaxed)
             {
-                Ok(_) if s & LENT == 0 => {
-                    let won = child.grant(LOAN);
-                    debug_assert!(won, "an unregistered child is granted by nobody else");
-                    return Borrow::Lent;
-                }
-                Ok(_) => {
-                    crate::chaos::point();
-                    // The lending word now owns one reference to the child.
-                    std::mem::forget(child.clone());
-                    return Borrow::Registered;
-                }
+                Ok(_) => break,
                 Err(now) => s = now,
             }
         }
+        chaos::point();
+        if s & LENT != 0 {
+            return false; // registered: the slot owns `counted`
+        }
+        // SAFETY: `counted` came from `Arc::into_raw` above and was not published.
+        drop(unsafe { Arc::from_raw(counted as *const Lender) });
+        let won = child.grant(LOAN);
+        debug_assert!(won, "an unregistered child is granted by nobody else");
+        true
     }
 
     /// Removes `child` from this job's borrower slot if it is still there.
     fn withdraw_borrower(&self, child: &Arc<Lender>) {
-        self.withdraw_borrower_at(Arc::as_ptr(child) as usize);
-    }
-
-    /// Removes the borrower at address `me` from this job's slot if it is still there.
-    fn withdraw_borrower_at(&self, me: usize) {
+        let me = Arc::as_ptr(child) as usize;
         // Relaxed first read: the CAS below decides.
         let mut s = self.lending.load(Ordering::Relaxed);
         while s & !FLAGS == me {
@@ -306,7 +277,8 @@ impl Lender {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
-                    // SAFETY: the slot held the reference forgotten in `register_borrower`, and
+                    chaos::point();
+                    // SAFETY: the slot held the reference counted in `register_borrower`, and
                     // clearing it made this thread its only owner.
                     drop(unsafe { Arc::from_raw(me as *const Lender) });
                     return;
@@ -317,117 +289,23 @@ impl Lender {
     }
 }
 
-impl Lender {
-    /// The overflow queue, allocated on first use.
-    fn overflow_queue(&self) -> &WaiterQueue<Arc<Lender>> {
-        // Acquire: see the queue a racing installer published.
-        let mut queue = self.overflow.load(Ordering::Acquire);
-        if queue.is_null() {
-            let fresh = Box::into_raw(Box::new(WaiterQueue::new()));
-            // AcqRel: publish ours, or acquire the one that won.
-            queue = match self.overflow.compare_exchange(
-                ptr::null_mut(),
-                fresh,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => fresh,
-                Err(installed) => {
-                    // SAFETY: `fresh` was never published.
-                    drop(unsafe { Box::from_raw(fresh) });
-                    installed
-                }
-            };
-        }
-        // SAFETY: once installed, the queue lives as long as the lender.
-        unsafe { &*queue }
-    }
-
-    /// Grants the loan (held by the caller) to the oldest live child in the overflow queue.
-    fn grant_overflow(&self) -> Option<Arc<Lender>> {
-        // Acquire: see a queue installed by a registering child.
-        let queue = self.overflow.load(Ordering::Acquire);
-        if queue.is_null() {
-            return None;
-        }
-        // SAFETY: an installed queue lives as long as the lender.
-        let queue = unsafe { &*queue };
-        while let Some(child) = queue.pop() {
-            if child.grant(LOAN) {
-                return Some(child);
-            }
-        }
-        None
-    }
-
-    /// Sets `OVERFLOW` after an entry was pushed to the overflow queue, unless the job has
-    /// finished. The release publishes the entry to whoever reads the bit with acquire: `finish`
-    /// (which then drains the queue) and the loan's returner (which then looks there).
-    fn announce_overflow(&self) -> bool {
-        // Relaxed first read: the CAS below decides.
-        let mut s = self.lending.load(Ordering::Relaxed);
-        loop {
-            if s & FINISHED != 0 {
-                return false;
-            }
-            // AcqRel: release the pushed entry (see above); acquire the current state.
-            match self.lending.compare_exchange_weak(
-                s,
-                s | OVERFLOW,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return true,
-                Err(now) => s = now,
-            }
-        }
-    }
-
-    /// Whether a child may wait in the overflow queue.
-    fn overflow_waiting(&self) -> bool {
-        // Acquire: as in `grant_overflow`.
-        let queue = self.overflow.load(Ordering::Acquire);
-        // SAFETY: as in `grant_overflow`.
-        !queue.is_null() && !unsafe { &*queue }.is_empty()
-    }
-
-    /// Empties the overflow queue (its children fall back to the pool queue, rule 4), so that
-    /// no child keeps its finished parent alive through it.
-    fn drain_overflow(&self) {
-        // Acquire: as in `grant_overflow`.
-        let queue = self.overflow.load(Ordering::Acquire);
-        if !queue.is_null() {
-            // SAFETY: as in `grant_overflow`.
-            while unsafe { &*queue }.pop().is_some() {}
-        }
-    }
-}
-
 impl Drop for Lender {
     fn drop(&mut self) {
         // Relaxed: `&mut self` means no other thread holds the lender.
         let borrower = self.lending.load(Ordering::Relaxed) & !FLAGS;
         debug_assert_eq!(borrower, 0, "a lender dropped with a borrower registered");
-        // Relaxed: as above.
-        let overflow = self.overflow.load(Ordering::Relaxed);
-        if !overflow.is_null() {
-            // SAFETY: installed by `overflow_queue` from `Box::into_raw`, freed only here.
-            drop(unsafe { Box::from_raw(overflow) });
-        }
     }
 }
 
-/// The outcome of [`Lender::register_borrower`].
-#[derive(PartialEq, Eq)]
-enum Borrow {
-    /// The token was free after all: the child is admitted on loan.
-    Lent,
-    /// The child waits in the lender's borrower slot.
-    Registered,
-    /// Another child holds the slot.
-    Busy,
-    /// The job has finished: the child waits for a pool token only (rule 4).
-    Finished,
+/// The admission byte as an [`Admission`].
+#[inline]
+fn decode(admission: u8) -> Option<Admission> {
+    match admission {
+        LOAN => Some(Admission::Loan),
+        POOL => Some(Admission::Pool),
+        CREDIT => Some(Admission::Credit),
+        _ => None,
+    }
 }
 
 /// The outcome of [`TokenTable::register`].
@@ -440,13 +318,26 @@ pub enum Registration {
     Waiting(Option<Arc<Lender>>),
 }
 
-/// The pool's `max_inflight` tokens, and the jobs waiting for one.
+/// A snapshot of a table's tokens, read in one load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenCount {
+    /// Pool tokens taken and not yet returned (lent and parked ones count).
+    pub pool: usize,
+    /// Credit tokens in use: calls from jobs of other pools in progress.
+    pub credit: usize,
+}
+
+/// The pool's `max_inflight` tokens, the credit tokens of calls from other pools, and the jobs
+/// waiting for a pool token.
 pub struct TokenTable {
     cap: usize,
-    /// Pool tokens nobody holds. On its own cache line: pool admissions and releases touch it.
-    free: CachePadded<AtomicUsize>,
-    /// Highest `cap - free` seen at an admission.
-    peak_in_use: AtomicUsize,
+    /// Free pool tokens (low half) and credit tokens in use (high half). On its own cache line:
+    /// pool admissions and releases touch it.
+    tokens: CachePadded<AtomicU64>,
+    /// Highest number of tokens in use, pool and credit together, seen at an admission.
+    peak_executing: AtomicUsize,
+    /// Highest number of credit tokens in use seen at an admission.
+    peak_credit: AtomicUsize,
     /// Jobs waiting for a pool token, oldest first; entries already admitted by a loan are stale
     /// and skipped.
     waiters: WaiterQueue<Arc<Lender>>,
@@ -458,50 +349,72 @@ pub struct TokenTable {
 const STALE_PURGE: usize = 32;
 
 impl TokenTable {
-    /// A table of `cap` tokens, all free.
+    /// A table of `cap` tokens, all free. `cap` is in `1..=MAX_TOKENS`.
     pub fn new(cap: usize) -> Self {
-        assert!(cap > 0, "a token table needs at least one token");
+        assert!(
+            (1..=MAX_TOKENS).contains(&cap),
+            "a token table has 1 to {MAX_TOKENS} tokens, not {cap}"
+        );
         TokenTable {
             cap,
-            free: CachePadded::new(AtomicUsize::new(cap)),
-            peak_in_use: AtomicUsize::new(0),
+            tokens: CachePadded::new(AtomicU64::new(cap as u64)),
+            peak_executing: AtomicUsize::new(0),
+            peak_credit: AtomicUsize::new(0),
             waiters: WaiterQueue::new(),
             stale: AtomicUsize::new(0),
         }
     }
 
-    /// The number of tokens.
+    /// The number of pool tokens.
     pub fn cap(&self) -> usize {
         self.cap
     }
 
-    /// Tokens taken from the pool and not yet returned.
+    /// The tokens in use now, pool and credit, read together.
     #[inline]
-    pub fn in_use(&self) -> usize {
-        // Relaxed: a statistic; the count itself is exact.
-        self.cap - self.free.load(Ordering::Relaxed)
+    pub fn count(&self) -> TokenCount {
+        // Relaxed: a statistic; both halves come from one load, so they belong to one instant.
+        self.decode(self.tokens.load(Ordering::Relaxed))
     }
 
-    /// The highest [`TokenTable::in_use`] seen at an admission.
-    pub fn peak_in_use(&self) -> usize {
+    /// The highest number of tokens in use at once, pool and credit together.
+    pub fn peak_executing(&self) -> usize {
         // Relaxed: a statistic.
-        self.peak_in_use.load(Ordering::Relaxed)
+        self.peak_executing.load(Ordering::Relaxed)
+    }
+
+    /// The highest number of credit tokens in use at once.
+    pub fn peak_credit(&self) -> usize {
+        // Relaxed: a statistic.
+        self.peak_credit.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn decode(&self, word: u64) -> TokenCount {
+        TokenCount {
+            pool: self.cap - (word & FREE_MASK) as usize,
+            credit: (word >> 32) as usize,
+        }
     }
 
     /// Takes a free pool token, if any.
     #[inline]
     pub fn try_pool(&self) -> bool {
         // SeqCst: part of the register/re-check handshake with `release_pool` (see `register`).
-        let mut free = self.free.load(Ordering::SeqCst);
-        while free > 0 {
-            match self.free.compare_exchange_weak(
-                free,
-                free - 1,
+        let mut word = self.tokens.load(Ordering::SeqCst);
+        while word & FREE_MASK > 0 {
+            match self.tokens.compare_exchange_weak(
+                word,
+                word - 1,
                 Ordering::SeqCst,
                 Ordering::SeqCst,
             ) {
-                Ok(_) => return true,
-                Err(now) => free = now,
+                Ok(_) => {
+                    chaos::point();
+                    self.note_admission(word - 1);
+                    return true;
+                }
+                Err(now) => word = now,
             }
         }
         false
@@ -517,37 +430,34 @@ impl TokenTable {
         }
         if self.try_pool() {
             child.admit_unshared(POOL);
-            self.note_pool_admission();
             return Some(Admission::Pool);
         }
         None
     }
 
+    /// Admits `root`, a root started by a call from a job of another pool, on that caller's
+    /// credit: a token that exists for as long as the root's chain and is none of the pool's.
+    /// Never waits. `root` must not be registered as a waiter.
+    pub fn admit_credit(&self, root: &Lender) {
+        debug_assert!(root.parent().is_none(), "a credit admits a root");
+        root.admit_unshared(CREDIT);
+        // Relaxed: counting only; credits take part in no handshake.
+        let word = self.tokens.fetch_add(ONE_CREDIT, Ordering::Relaxed) + ONE_CREDIT;
+        self.note_admission(word);
+    }
+
     /// Registers `child`, which [`TokenTable::try_admit`] could not admit, to wait for whichever
     /// token frees first: its parent's (rule 2) or the pool's. Its ticket must be set.
     pub fn register(&self, child: &Arc<Lender>) -> Registration {
-        let mut busy_parent = None;
-        if let Some(parent) = child.parent() {
-            match parent.register_borrower(child) {
-                Borrow::Lent => return Registration::Admitted,
-                Borrow::Registered | Borrow::Finished => {}
-                Borrow::Busy => {
-                    parent.overflow_queue().push(child.clone());
-                    if !parent.announce_overflow() {
-                        // The parent finished first, so its `finish` did not drain this entry:
-                        // drain it here, or it keeps the parent alive through a cycle.
-                        parent.drain_overflow();
-                    }
-                    busy_parent = Some(parent);
-                }
-            }
+        if child.parent().is_some_and(|p| p.register_borrower(child)) {
+            return Registration::Admitted;
         }
         self.waiters.push(child.clone());
-        // SeqCst fence: either the re-checks below see a token that a releaser freed, or that
+        chaos::point();
+        // SeqCst fence: either the re-check below sees a token that a releaser freed, or that
         // releaser's re-check sees this registration (see `count_free_and_recheck`).
         fence(Ordering::SeqCst);
-        let granted = busy_parent.and_then(|parent| self.pump_loan(parent));
-        Registration::Waiting(granted.or_else(|| self.pump()))
+        Registration::Waiting(self.pump())
     }
 
     /// Clears what `register` left behind once `child` is admitted: its entry in the parent's
@@ -594,24 +504,21 @@ impl TokenTable {
     /// until the loan returns, rule 4, and `job`'s reference goes with the loan). Returns the
     /// waiting job that received the token, if any.
     pub fn finish(&self, job: Arc<Lender>) -> Option<Arc<Lender>> {
-        // AcqRel: pairs with the loan's return (exactly one of the two releases the token), and
-        // acquires the entries announced by `OVERFLOW`.
+        // AcqRel: pairs with the loan's return (exactly one of the two releases the token).
         let was = job.lending.fetch_or(FINISHED, Ordering::AcqRel);
-        crate::chaos::point();
-        // Children still waiting for this job's loan fall back to the pool queue, where they
-        // are registered too (rule 4); only calls from other pools can leave one here.
-        if was & !FLAGS != 0 {
-            job.withdraw_borrower_at(was & !FLAGS);
-        }
-        if was & OVERFLOW != 0 {
-            job.drain_overflow();
-        }
+        debug_assert_eq!(
+            was & !FLAGS,
+            0,
+            "a job finished with a child waiting for its loan"
+        );
         if was & LENT != 0 {
-            // Parked: the loan keeps the lender alive; whoever sees it come back to a finished
-            // lender takes this reference over (`give_back`, `pump_loan`).
+            // Parked: from here on the loan's returner may free the lender at any moment, so it
+            // is not touched again; whoever sees the loan come back to a finished lender takes
+            // this reference over (`give_back`).
             let _ = Arc::into_raw(job);
             return None;
         }
+        chaos::point();
         self.give_back(job)
     }
 
@@ -620,22 +527,19 @@ impl TokenTable {
         let mut job = job;
         loop {
             // Relaxed: the job's own admission, read by a thread that saw it run or finish.
-            if job.admission.load(Ordering::Relaxed) != LOAN {
-                return self.release_pool();
+            match job.admission.load(Ordering::Relaxed) {
+                POOL => return self.release_pool(),
+                CREDIT => {
+                    self.release_credit();
+                    return None;
+                }
+                _ => {}
             }
             let parent = job.parent;
             // SAFETY: the parent is alive: it lent this job its token and the loan is still out.
             match return_loan(unsafe { &*parent }) {
                 LoanReturn::Passed(child) => return Some(child),
-                // A child that announced itself in the overflow queue before the loan came back
-                // is seen here (the CAS acquired its `OVERFLOW`); one that announces later
-                // finds the token free and takes it in `pump_loan`.
-                LoanReturn::Kept { overflow } => {
-                    return overflow.and_then(|parent| match parent.overflow_waiting() {
-                        true => self.pump_loan(&parent),
-                        false => None,
-                    });
-                }
+                LoanReturn::Kept => return None,
                 // SAFETY: the parent finished while lending and left its reference with the
                 // loan (see `finish`); the loan came back to this thread, so the reference is ours.
                 LoanReturn::ParentFinished => job = unsafe { Arc::from_raw(parent) },
@@ -643,28 +547,10 @@ impl TokenTable {
         }
     }
 
-    /// After a child registered in `parent`'s overflow queue, or a loan came back with one
-    /// there: while the token is free and a child waits, hands the loan over. Returns the child
-    /// admitted.
-    fn pump_loan(&self, parent: &Lender) -> Option<Arc<Lender>> {
-        loop {
-            if !parent.try_lend() {
-                return None; // lent (its return passes it on) or finished (rule 4)
-            }
-            match return_loan(parent) {
-                LoanReturn::Passed(child) => return Some(child),
-                // `return_loan` cleared the loan; look once more, as in `give_back`. (The
-                // caller keeps `parent` alive; the reference `Kept` carries is not needed.)
-                LoanReturn::Kept { overflow: Some(_) } if parent.overflow_waiting() => {}
-                LoanReturn::Kept { .. } => return None,
-                // The parent finished while this thread held its token: the token was parked
-                // with this loan, so it moves on from here, with the reference `finish` left.
-                // SAFETY: as in `give_back`.
-                LoanReturn::ParentFinished => {
-                    return self.give_back(unsafe { Arc::from_raw(parent as *const Lender) })
-                }
-            }
-        }
+    /// A credit token's chain has ended.
+    fn release_credit(&self) {
+        // Relaxed: counting only, as in `admit_credit`.
+        self.tokens.fetch_sub(ONE_CREDIT, Ordering::Relaxed);
     }
 
     /// A pool token comes back: straight to the first live waiter, else counted free.
@@ -677,16 +563,19 @@ impl TokenTable {
 
     /// Counts a held pool token free, then looks at the queue again: a waiter that registered
     /// after this thread found the queue empty is either seen now, or sees the free token in
-    /// its own re-check. No fence is needed on this side: the increment is a SeqCst RMW and
-    /// crossbeam's `Injector::is_empty` loads with SeqCst, which pairs with the waiter's SeqCst
-    /// fence between its push and its load of `free` (C++ [atomics.order]: an SC load ordered
-    /// after the fence in the single total order sees the push; one ordered before it puts this
-    /// increment before the fence too, and the waiter's load then sees it).
-    /// If a waiter turns up, takes a free token back for it (as `pump` does).
+    /// its own re-check. The two sides are the classic store-fence-load handshake: the waiter
+    /// pushes, fences (SeqCst) and loads the count; this side increments the count and fences
+    /// (SeqCst) before it loads the queue. Whichever fence comes first in the single total order,
+    /// the other side's load sees the first side's write. The queue's own loads need no
+    /// particular ordering for this. If a waiter turns up, takes a free token back for it (as
+    /// `pump` does).
     fn count_free_and_recheck(&self) -> Option<Arc<Lender>> {
         loop {
-            // SeqCst: the releaser's half of the handshake described above.
-            self.free.fetch_add(1, Ordering::SeqCst);
+            // SeqCst: part of the handshake described above (the fence does the ordering; the
+            // increment is SeqCst like every other access to the free count in the handshake).
+            self.tokens.fetch_add(1, Ordering::SeqCst);
+            chaos::point();
+            fence(Ordering::SeqCst);
             if self.waiters.is_empty() || !self.try_pool() {
                 // Nobody waits, or another thread took the token: its holder passes it on.
                 return None;
@@ -715,20 +604,29 @@ impl TokenTable {
         }
         while let Some(child) = self.waiters.pop() {
             if child.grant(POOL) {
-                self.note_pool_admission();
                 return Some(child);
             }
         }
         None
     }
 
+    /// Raises the peaks to the token counts of `word`, the value an admission just wrote.
     #[inline]
-    fn note_pool_admission(&self) {
-        let in_use = self.in_use();
-        // Relaxed: a statistic; read first so the common case writes nothing.
-        if in_use > self.peak_in_use.load(Ordering::Relaxed) {
-            self.peak_in_use.fetch_max(in_use, Ordering::Relaxed);
+    fn note_admission(&self, word: u64) {
+        let now = self.decode(word);
+        raise(&self.peak_executing, now.pool + now.credit);
+        if now.credit > 0 {
+            raise(&self.peak_credit, now.credit);
         }
+    }
+}
+
+/// Raises `peak` to `value`; reads first so the common case writes nothing.
+#[inline]
+fn raise(peak: &AtomicUsize, value: usize) {
+    // Relaxed: a statistic; fetch_max keeps it exact.
+    if value > peak.load(Ordering::Relaxed) {
+        peak.fetch_max(value, Ordering::Relaxed);
     }
 }
 
@@ -737,11 +635,7 @@ enum LoanReturn {
     /// Passed straight to the lender's waiting child (rule 3).
     Passed(Arc<Lender>),
     /// Back with the lender, which is still running.
-    Kept {
-        /// When a child ever waited in the lender's overflow queue: a reference to the lender,
-        /// taken while the loan still kept it alive, to look there after the loan is back.
-        overflow: Option<Arc<Lender>>,
-    },
+    Kept,
     /// The lender had finished: its parked token moves on (rule 4).
     ParentFinished,
 }
@@ -752,9 +646,9 @@ fn return_loan(parent: &Lender) -> LoanReturn {
     let mut s = parent.lending.load(Ordering::Acquire);
     loop {
         let borrower = (s & !FLAGS) as *const Lender;
-        // A finished lender passes nothing on: its waiting child falls back to the pool, and
-        // its `finish` removes it from the slot (rule 4).
-        if !borrower.is_null() && s & FINISHED == 0 {
+        if !borrower.is_null() {
+            // A job with a waiting child is running (it spawns it), so it has not finished.
+            debug_assert_eq!(s & FINISHED, 0);
             // Take the borrower out of the slot; the loan stays `LENT`, now to it.
             // AcqRel: acquire the borrower's ticket; release nothing new.
             match parent.lending.compare_exchange_weak(
@@ -764,52 +658,33 @@ fn return_loan(parent: &Lender) -> LoanReturn {
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
-                    crate::chaos::point();
+                    chaos::point();
                     // SAFETY: the slot owned one reference (see `register_borrower`), and the
                     // CAS above moved it to this thread.
                     let child = unsafe { Arc::from_raw(borrower) };
                     if child.grant(LOAN) {
                         return LoanReturn::Passed(child);
                     }
-                    // Stale: a pool token admitted it first. Look again.
+                    // Stale: a pool token admitted it first. Look again (the loan is still out,
+                    // so the parent is still alive).
                     s = parent.lending.load(Ordering::Acquire);
                 }
                 Err(now) => s = now,
             }
-        } else if let Some(child) = (s & (FINISHED | OVERFLOW) == OVERFLOW)
-            .then(|| parent.grant_overflow())
-            .flatten()
-        {
-            return LoanReturn::Passed(child);
         } else {
-            // While the loan is out the lender is alive; once it is back it may finish and be
-            // freed. So take a reference now if its overflow queue is to be looked at after.
-            // SAFETY: every lender lives in an `Arc`, kept alive here by the loan.
-            let keep = (s & (FINISHED | OVERFLOW) == OVERFLOW).then(|| unsafe { counted(parent) });
-            // AcqRel: release ends the loan for the next `try_lend`; acquire sees `FINISHED` and
-            // the entries announced by `OVERFLOW`.
+            // AcqRel: release ends the loan for the next `try_lend`; acquire sees `FINISHED`.
             match parent.lending.compare_exchange_weak(
                 s,
                 s & !LENT,
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
+                // Once the loan is back a running parent may finish and be freed at once: it
+                // is not touched after this CAS.
                 Ok(_) if s & FINISHED != 0 => return LoanReturn::ParentFinished,
-                Ok(_) => return LoanReturn::Kept { overflow: keep },
+                Ok(_) => return LoanReturn::Kept,
                 Err(now) => s = now,
             }
         }
     }
-}
-
-/// A new counted reference to `lender`.
-///
-/// # Safety
-/// `lender` must live in an `Arc` (every `Lender` is made with `Arc::new`) that is kept alive
-/// during the call.
-pub unsafe fn counted(lender: &Lender) -> Arc<Lender> {
-    // SAFETY: the pointer came from an `Arc` that is alive (caller's contract); `ManuallyDrop`
-    // leaves that `Arc`'s count alone and the clone takes a count of its own.
-    let borrowed = ManuallyDrop::new(unsafe { Arc::from_raw(lender as *const Lender) });
-    Arc::clone(&borrowed)
 }
