@@ -48,6 +48,18 @@ impl ThreadPool {
     /// another pool runs that pool's jobs meanwhile). On a worker of this pool, `op` runs inline
     /// in the current job. A panic in `op` is raised again here.
     ///
+    /// # Across pools
+    ///
+    /// From a thread outside every pool, `op` starts a root job that waits for one of this
+    /// pool's tokens. From a job of *another* pool, it never waits for a token: the caller may
+    /// hold a token of its own pool, and waiting for a second one while holding it is how pools
+    /// that call each other deadlock. Instead `op` runs as a root job *on its caller's credit*,
+    /// a token that is none of this pool's `max_inflight` and lasts as long as the call. So pools
+    /// may call each other in any pattern (A → B → A and longer cycles) without deadlock, and
+    /// each pool's bounds read: tokens in use ≤ `max_inflight`, executing ≤ `max_inflight` +
+    /// calls in progress from other pools' jobs ([`Stats::calls_in`]), in flight ≤ that sum ×
+    /// levels.
+    ///
     /// ```
     /// let pool = treepool::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
     /// let words = vec!["lend", "one", "token"];
@@ -89,8 +101,13 @@ impl ThreadPool {
     }
 
     /// Spawns a detached job in this pool: a child of the current job when called from one,
-    /// else a root job. Returns once the job is admitted (waiting for a token if none is free).
+    /// else a root job. Returns once the job is admitted (waiting for a token if none is free):
+    /// that wait is the backpressure that keeps a spawning loop from getting ahead of the pool.
     /// A panic in `f` goes to the pool's panic handler, or is printed; it never kills a worker.
+    ///
+    /// Called from a job of *another* pool, the call never waits (see [`ThreadPool::install`]
+    /// for why): if no token is free, the job is queued, the call returns, and the job starts
+    /// once a token frees. Spawns across pools are therefore not backpressured.
     pub fn spawn<F: FnOnce() + Send + 'static>(&self, f: F) {
         spawn_in(&self.registry, f);
     }

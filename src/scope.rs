@@ -49,7 +49,9 @@ impl<'scope> Scope<'scope> {
     /// Admission happens in the call: `f` runs on its parent's token if the parent is not
     /// lending it right now, else on a free pool token; if neither is free, the call waits
     /// (running other jobs meanwhile) and returns once `f` is admitted. That wait is the
-    /// backpressure that bounds jobs in flight to `max_inflight × levels`.
+    /// backpressure that bounds jobs in flight to `max_inflight × levels`. (Called on a worker
+    /// of another pool, the call queues `f` and returns without waiting, as
+    /// [`ThreadPool::spawn`](crate::ThreadPool::spawn) does there.)
     ///
     /// A panic in `f` is raised again by the scope call once every job has finished.
     ///

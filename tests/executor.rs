@@ -288,7 +288,7 @@ fn cross_pool_a_b_a_does_not_deadlock_with_one_token_each() {
 #[test]
 fn cross_pool_calls_from_many_jobs_of_the_other_pool() {
     // Several jobs of B, all below one job of A that holds A's only token, call back into A at
-    // once: the second one waits in the lender's overflow queue, not forever.
+    // once: each runs on its caller's credit, none waits for A's token.
     watchdog(60, || {
         let a = Arc::new(pool(2, 1));
         let b = Arc::new(pool(3, 4));
@@ -308,6 +308,59 @@ fn cross_pool_calls_from_many_jobs_of_the_other_pool() {
         });
         assert_eq!(total.into_inner(), 12 * 55);
         common::assert_idle(&a.stats());
+    });
+}
+
+#[test]
+fn a_call_from_another_pools_job_runs_on_credit_and_is_counted() {
+    watchdog(60, || {
+        let a = pool(1, 1);
+        let b = pool(1, 1);
+        // From outside, a root of B takes B's only token; its call into A takes none of A's
+        // tokens; that call's call back into B takes none of B's.
+        let (in_a, in_b) = b.install(|| {
+            a.install(|| {
+                let in_a = a.stats();
+                let in_b = b.install(|| b.stats());
+                (in_a, in_b)
+            })
+        });
+        assert_eq!(
+            (in_a.tokens_in_use, in_a.calls_in, in_a.executing),
+            (0, 1, 1)
+        );
+        assert_eq!(
+            (in_b.tokens_in_use, in_b.calls_in, in_b.executing),
+            (1, 1, 2)
+        );
+        for p in [&a, &b] {
+            let stats = p.stats();
+            assert_eq!((stats.peak_calls_in, stats.admitted_on_credit), (1, 1));
+            common::assert_idle(&stats);
+            assert_eq!(stats.calls_in, 0);
+        }
+        assert_eq!(b.stats().peak_executing, 2);
+    });
+}
+
+#[test]
+fn a_spawn_from_another_pools_job_does_not_wait_for_a_token() {
+    // A job of A holds nothing of B, but waiting in B for a token while it holds A's could close
+    // a cycle (B's token holder may be waiting for A). So the spawn is queued and returns.
+    watchdog(60, || {
+        let a = pool(1, 1);
+        let b = Arc::new(pool(1, 1));
+        let release = Arc::new(AtomicBool::new(false));
+        let ran = Arc::new(AtomicBool::new(false));
+        let r = release.clone();
+        b.spawn(move || spin_until(|| r.load(Ordering::SeqCst))); // holds B's only token
+        let (b2, ran2) = (b.clone(), ran.clone());
+        a.install(move || b2.spawn(move || ran2.store(true, Ordering::SeqCst)));
+        assert!(!ran.load(Ordering::SeqCst), "queued behind B's only token");
+        release.store(true, Ordering::SeqCst);
+        spin_until(|| ran.load(Ordering::SeqCst));
+        common::wait_idle(&b);
+        common::assert_idle(&b.stats());
     });
 }
 
@@ -454,6 +507,13 @@ fn build_errors_name_the_problem() {
         .build()
         .unwrap_err();
     assert!(err.to_string().contains("max_inflight"), "{err}");
+    if let Ok(too_many) = usize::try_from(1u64 << 32) {
+        let err = treepool::ThreadPoolBuilder::new()
+            .max_inflight(too_many)
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("at most"), "{err}");
+    }
     let err = treepool::ThreadPoolBuilder::new()
         .num_threads(2)
         .stack_size(usize::MAX / 2)
