@@ -164,6 +164,16 @@ impl<F: FnOnce() + Send> HeapJob<F> {
         unsafe { registry.admit(lender, self.into_job_ref()) };
     }
 
+    /// Admits the job now if a token is free (its parent's, else the pool's) and makes it
+    /// runnable; else hands it back. Never waits.
+    pub fn offer(self: Box<Self>, registry: &Registry) -> Result<(), Box<Self>> {
+        if !registry.try_admit(&self.lender) {
+            return Err(self);
+        }
+        registry.make_runnable(self.into_job_ref());
+        Ok(())
+    }
+
     /// Erases the job's type. The job is freed when run.
     fn into_job_ref(self: Box<Self>) -> JobRef {
         JobRef {
@@ -187,6 +197,27 @@ impl<F: FnOnce() + Send> HeapJob<F> {
             // SAFETY: the scope waits for this count before it returns, so the latch is alive.
             unsafe { CountLatch::decrement(scope, worker.registry()) };
         }
+    }
+}
+
+// SAFETY: the closure is Send; the lender is an `Arc` of a Sync type; `scope` points to a
+// `CountLatch` (Sync: an atomic and an index) that the scope keeps alive until the job ran.
+unsafe impl<F: Send> Send for HeapJob<F> {}
+
+/// A scope's job that was spawned from a worker of another pool and could not be admitted at
+/// once: the scope's owner admits it as a child of its own job, at the latest when it waits for
+/// the scope's end (see `Scope::spawn`).
+pub trait Deferred: Send {
+    /// Admits the job as a child of the calling thread's current job, waiting (and helping)
+    /// for a token as any spawn does. Called by the scope's owner, a worker of `registry`.
+    fn admit_as_child(self: Box<Self>, registry: &Registry);
+}
+
+impl<F: FnOnce() + Send> Deferred for HeapJob<F> {
+    fn admit_as_child(mut self: Box<Self>, registry: &Registry) {
+        // The lender made on the other pool's worker was a root and was never shared.
+        self.lender = registry.new_lender();
+        self.admit(registry);
     }
 }
 

@@ -117,6 +117,12 @@ impl CountLatch {
         self.count.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The worker that waits for this latch.
+    #[inline]
+    pub fn owner(&self) -> usize {
+        self.owner
+    }
+
     /// Whether every counted job has finished.
     pub fn probe(&self) -> bool {
         // Acquire: pairs with the decrements' release, so every job's effects are visible.

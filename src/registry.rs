@@ -307,7 +307,7 @@ impl Registry {
     /// Pushes an admitted job: to the calling worker's deque if it is one of ours, else to the
     /// injector.
     #[inline]
-    fn make_runnable(&self, job: JobRef) {
+    pub fn make_runnable(&self, job: JobRef) {
         match WorkerThread::current() {
             Some(w) if w.registry.id == self.id => w.push(job),
             _ => {

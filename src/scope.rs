@@ -11,7 +11,8 @@ use std::marker::PhantomData;
 use std::panic;
 use std::ptr;
 
-use crate::job::{drop_quietly, HeapJob, JobResult};
+use crate::chaos;
+use crate::job::{drop_quietly, Deferred, HeapJob, JobResult};
 use crate::latch::CountLatch;
 use crate::registry::{Registry, WorkerThread};
 use crate::sync::{Arc, AtomicPtr, Ordering};
@@ -36,8 +37,16 @@ pub struct Scope<'scope> {
     latch: CountLatch,
     /// The first panic of the body or of a spawned job; null if none.
     panic: AtomicPtr<Box<dyn Any + Send>>,
+    /// Jobs spawned from workers of other pools that the owner has to admit (a stack).
+    deferred: AtomicPtr<DeferredNode<'scope>>,
     /// Invariant in `'scope`, and spawned closures need not be `Sync`: like rayon's scope.
     marker: PhantomData<SpawnedFn<'scope>>,
+}
+
+/// An entry of [`Scope::deferred`].
+struct DeferredNode<'scope> {
+    job: Box<dyn Deferred + 'scope>,
+    next: *mut DeferredNode<'scope>,
 }
 
 /// The variance marker of [`Scope`]: the type of what it spawns.
@@ -49,9 +58,14 @@ impl<'scope> Scope<'scope> {
     /// Admission happens in the call: `f` runs on its parent's token if the parent is not
     /// lending it right now, else on a free pool token; if neither is free, the call waits
     /// (running other jobs meanwhile) and returns once `f` is admitted. That wait is the
-    /// backpressure that bounds jobs in flight to `max_inflight × levels`. (Called on a worker
-    /// of another pool, the call queues `f` and returns without waiting, as
-    /// [`ThreadPool::spawn`](crate::ThreadPool::spawn) does there.)
+    /// backpressure that bounds jobs in flight to `max_inflight × levels`.
+    ///
+    /// Called on a worker of *another* pool (the scope was passed into a call to that pool), the
+    /// call never waits, as [`ThreadPool::spawn`](crate::ThreadPool::spawn) does not there: `f`
+    /// starts at once as a root job if a pool token is free, else it is left to the scope's
+    /// owner, which admits it as a child of its own job at the latest when it waits for the
+    /// scope's end. (Waiting for a pool token instead could deadlock: the owner may hold the
+    /// only one while it waits for this very job.)
     ///
     /// A panic in `f` is raised again by the scope call once every job has finished.
     ///
@@ -82,7 +96,66 @@ impl<'scope> Scope<'scope> {
                 scope.store_panic(payload);
             }
         };
-        HeapJob::new(self.registry.new_lender(), body, &self.latch).admit(&self.registry);
+        let job = HeapJob::new(self.registry.new_lender(), body, &self.latch);
+        match WorkerThread::current() {
+            Some(w) if w.registry().id() != self.registry.id() => {
+                if let Err(job) = job.offer(&self.registry) {
+                    self.defer(job);
+                }
+            }
+            _ => job.admit(&self.registry),
+        }
+    }
+
+    /// Leaves `job` to the scope's owner (see [`Scope::spawn`]) and wakes it.
+    fn defer(&self, job: Box<dyn Deferred + 'scope>) {
+        let node = Box::into_raw(Box::new(DeferredNode {
+            job,
+            next: ptr::null_mut(),
+        }));
+        // Relaxed first read: the CAS below decides.
+        let mut head = self.deferred.load(Ordering::Relaxed);
+        loop {
+            // SAFETY: `node` is not published yet, so it is only ours.
+            unsafe { (*node).next = head };
+            // Release: publishes the node to the owner's acquire in `admit_deferred`.
+            match self.deferred.compare_exchange_weak(
+                head,
+                node,
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(now) => head = now,
+            }
+        }
+        chaos::point();
+        // The scope is still alive: the calling thread runs inside a job or the body of this
+        // scope (that is how it reached `self`), which the scope's count waits for.
+        self.registry.sleep().wake_worker(self.latch.owner());
+    }
+
+    /// Whether a job waits for the owner in [`Scope::admit_deferred`].
+    fn has_deferred(&self) -> bool {
+        // Acquire: pairs with `defer`'s release.
+        !self.deferred.load(Ordering::Acquire).is_null()
+    }
+
+    /// The owner admits the deferred jobs as children of its own job, oldest first.
+    fn admit_deferred(&self) {
+        // Acquire: pairs with `defer`'s release. Taking the whole list at once leaves no ABA.
+        let mut node = self.deferred.swap(ptr::null_mut(), Ordering::Acquire);
+        let mut jobs = Vec::new();
+        while !node.is_null() {
+            // SAFETY: the nodes came from `Box::into_raw` in `defer`, and the swap made this
+            // thread their only owner.
+            let taken = unsafe { Box::from_raw(node) };
+            node = taken.next;
+            jobs.push(taken.job);
+        }
+        for job in jobs.into_iter().rev() {
+            job.admit_as_child(&self.registry);
+        }
     }
 
     fn store_panic(&self, payload: Box<dyn Any + Send>) {
@@ -132,6 +205,7 @@ where
         registry: worker.registry().clone(),
         latch: CountLatch::new(worker.index()),
         panic: AtomicPtr::new(ptr::null_mut()),
+        deferred: AtomicPtr::new(ptr::null_mut()),
         marker: PhantomData,
     };
     let result = JobResult::call(|| op(&scope));
@@ -145,7 +219,13 @@ where
     };
     // SAFETY: the latch lives on this frame, which waits for it right below.
     unsafe { CountLatch::decrement(&scope.latch, worker.registry()) };
-    worker.wait_until(|| scope.latch.probe());
+    loop {
+        scope.admit_deferred();
+        if scope.latch.probe() {
+            break;
+        }
+        worker.wait_until(|| scope.latch.probe() || scope.has_deferred());
+    }
     if let Some(payload) = scope.take_panic() {
         drop_quietly(value);
         panic::resume_unwind(payload);

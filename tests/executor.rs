@@ -365,6 +365,46 @@ fn a_spawn_from_another_pools_job_does_not_wait_for_a_token() {
 }
 
 #[test]
+fn a_scope_spawn_from_another_pools_job_is_left_to_the_scope_owner() {
+    // The scope's owner holds B's only token and waits for the scope's end; a job it waits for
+    // is spawned from A. Queued for a pool token it would wait for the owner's token forever;
+    // the owner admits it as its own child instead.
+    watchdog(60, || {
+        for (a_threads, b_threads) in [(1, 1), (2, 2)] {
+            let a = pool(a_threads, 1);
+            let b = pool(b_threads, 1);
+            let ran = AtomicUsize::new(0);
+            b.scope(|s| {
+                a.install(|| {
+                    for _ in 0..3 {
+                        s.spawn(|s| {
+                            ran.fetch_add(1, Ordering::SeqCst);
+                            // From inside: a child of the deferred job, as usual.
+                            s.spawn(|_| {
+                                ran.fetch_add(1, Ordering::SeqCst);
+                            });
+                        });
+                    }
+                });
+                // From a job of B on the owner's loan, too.
+                s.spawn(|s| {
+                    a.install(|| {
+                        s.spawn(|_| {
+                            ran.fetch_add(1, Ordering::SeqCst);
+                        })
+                    })
+                });
+            });
+            assert_eq!(ran.load(Ordering::SeqCst), 7);
+            common::wait_idle(&a);
+            common::wait_idle(&b);
+            common::assert_idle(&a.stats());
+            common::assert_idle(&b.stats());
+        }
+    });
+}
+
+#[test]
 fn a_waiting_thread_hands_back_its_own_join_half_instead_of_burying_a_lender() {
     // Pool A (1 thread, 1 token): job J runs join(a, b); `a` spawns a detached D on J's loan,
     // which `join` then runs above its own frame. D calls into pool B and, while it waits, its
