@@ -10,10 +10,13 @@
 //! starts. There are `max_inflight` tokens; a job holds one for its whole run and lends it to one
 //! child at a time. So, for any tree shape:
 //!
-//! * at most `max_inflight` jobs execute at once;
+//! * at most `max_inflight` jobs execute at once (hold a token they have not lent out; a job
+//!   that lends its token goes on running its own code, so CPU use is bounded by the threads);
 //! * at most `max_inflight × levels` jobs are in flight (admitted and unfinished), however wide
 //!   the tree: a loop spawning a million children waits in [`Scope::spawn`] for admission;
-//! * no tree deadlocks, even with `max_inflight = 1` on one thread.
+//! * no tree deadlocks, even with `max_inflight = 1` on one thread, and pools may call each
+//!   other: a call from a job of another pool runs on its caller's credit instead of waiting
+//!   for a token, which adds one to that pool's bounds while it runs ([`Stats::calls_in`]).
 //!
 //! An un-stolen `join` touches no shared state: only a thief admits the second half.
 //!

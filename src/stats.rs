@@ -66,9 +66,11 @@ pub struct Stats {
     /// Join halves (`b` of `join(a, b)`) taken from a deque without a token free to admit
     /// them, and so handed back to their joiner, which ran them inline.
     pub handed_back: u64,
-    /// Calls into this pool from jobs of other pools in progress (`install`, `scope` or `join`
-    /// called on a worker of another pool): each runs as a root job on its caller's credit, a
-    /// token that is not one of this pool's `max_inflight`.
+    /// Credit tokens in use: calls into this pool from jobs of other pools in progress
+    /// (`install`, `scope` or `join` called on a worker of another pool). Each runs as a root job
+    /// on its caller's credit, a token that is not one of this pool's `max_inflight`; like any
+    /// token it stays parked while a detached descendant holds its loan, so it can outlast its
+    /// call by that long.
     pub calls_in: usize,
     /// The most calls from other pools ever in progress at once.
     pub peak_calls_in: usize,

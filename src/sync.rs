@@ -41,9 +41,10 @@ pub fn wait<'a, T>(cv: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> 
     return cv.wait(guard).unwrap();
 }
 
-/// A lock-free multi-producer multi-consumer FIFO queue: crossbeam's `Injector`. Under loom it
-/// is a locked `VecDeque`, so the models check the protocol around the queue and take the queue
-/// itself as linearizable (crossbeam tests that).
+/// A multi-producer multi-consumer FIFO queue without a mutex: crossbeam's `Injector` (whose
+/// push and steal may spin briefly while a concurrent push completes). Under loom it is a locked
+/// `VecDeque`, so the models check the protocol around the queue and take the queue itself as
+/// linearizable (crossbeam tests that).
 pub struct WaiterQueue<T> {
     #[cfg(not(loom))]
     inner: crossbeam_deque::Injector<T>,

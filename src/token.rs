@@ -12,8 +12,8 @@
 //! * [`TokenTable::tokens`]: one atomic word holding the count of pool tokens nobody holds (low
 //!   32 bits) and the count of credit tokens in use (high 32 bits), so that one load reads both
 //!   and the peak of their sum is exact.
-//! * [`TokenTable::waiters`]: a FIFO of jobs waiting for a pool token (crossbeam's lock-free
-//!   `Injector`).
+//! * [`TokenTable::waiters`]: a FIFO of jobs waiting for a pool token (crossbeam's `Injector`:
+//!   no mutex, though a push or pop may spin while a concurrent push completes).
 //! * Per job, a [`Lender`] with one atomic *lending word*: the `LENT` bit (its token is out on
 //!   loan to a child), the `FINISHED` bit (its body has returned), and the address of the one
 //!   child waiting to borrow it. A job's children are spawned by the thread running the job, and
