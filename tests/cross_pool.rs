@@ -28,10 +28,15 @@
 //! `TREEPOOL_STRESS_TRACE=1` to print each node and call as it starts (with `--nocapture`): the
 //! last lines of a hung tree show which calls never returned.
 //!
-//! Not covered by default: `Scope::spawn` called on a worker of another pool than the scope's
-//! (`Y.scope(|s| X.install(|| s.spawn(f)))`), a known open gap of the design: it can hang when
-//! the scope's owner holds the scope pool's tokens. `TREEPOOL_STRESS_SCOPE_SPAWNS_ACROSS=1`
-//! mixes such spawns in.
+//! The mix includes `Scope::spawn` called on a worker of another pool than the scope's
+//! (`Y.scope(|s| X.install(|| s.spawn(f)))`), which the scope's owner admits when no token is
+//! free at the call.
+//!
+//! A call's credit token can outlast the call: when the call's job finishes while a detached
+//! descendant of it (in the same pool) holds its loan, the token stays parked until that job
+//! ends (`Stats::calls_in` counts credit tokens in use). So the test's count of "credits that
+//! may be in use" in a pool is the calls into it in progress plus the detached jobs spawned
+//! inside it from its own workers during the current tree (counted until the tree is idle).
 
 mod common;
 
@@ -142,13 +147,25 @@ impl std::fmt::Display for Config {
     }
 }
 
+impl Slot {
+    /// Raises `peak_foreign` to the credits that may be in use now.
+    fn note_credit_peak(&self) {
+        let now = self.foreign.load(Ordering::SeqCst) + self.local_detached.load(Ordering::SeqCst);
+        self.peak_foreign.fetch_max(now, Ordering::SeqCst);
+    }
+}
+
 /// One pool of the set and the test's own counts about it.
 struct Slot {
     pool: treepool::ThreadPool,
     cap: usize,
     /// Calls into this pool made from jobs of other pools and still in progress.
     foreign: AtomicUsize,
-    /// The most such calls at once since the pool was built.
+    /// Detached jobs spawned in this pool from its own workers during the current tree: each
+    /// may keep a finished call's credit token parked (see the module doc).
+    local_detached: AtomicUsize,
+    /// The most credit tokens that may have been in use at once since the pool was built:
+    /// `foreign + local_detached` at its highest.
     peak_foreign: AtomicUsize,
     /// Detached jobs of this pool that the test saw panic, to be reported to its handler.
     panics_expected: AtomicUsize,
@@ -176,10 +193,6 @@ struct Cx {
     tally: Tally,
     /// `TREEPOOL_STRESS_TRACE` is set: print what each node does.
     trace: bool,
-    /// `TREEPOOL_STRESS_SCOPE_SPAWNS_ACROSS` is set: some scope spawns are made from a worker
-    /// of another pool. Off by default: that is the design's known open gap (a queued root of
-    /// the scope's pool that the scope's owner waits for, with no token promised), which hangs.
-    scope_spawns_across: bool,
 }
 
 impl Cx {
@@ -212,6 +225,7 @@ impl Cx {
                     pool,
                     cap,
                     foreign: AtomicUsize::new(0),
+                    local_detached: AtomicUsize::new(0),
                     peak_foreign: AtomicUsize::new(0),
                     panics_expected: AtomicUsize::new(0),
                     panics_handled: handled,
@@ -224,7 +238,6 @@ impl Cx {
             detached_pending: AtomicUsize::new(0),
             tally: Tally::default(),
             trace: std::env::var_os("TREEPOOL_STRESS_TRACE").is_some(),
-            scope_spawns_across: std::env::var_os("TREEPOOL_STRESS_SCOPE_SPAWNS_ACROSS").is_some(),
         }
     }
 
@@ -379,8 +392,8 @@ fn call_into<R>(at: At<'_>, target: usize, what: &str, f: impl FnOnce(At<'_>) ->
     let cx = at.cx;
     cx.tally.cross_calls.fetch_add(1, Ordering::Relaxed);
     let slot = &cx.slots[target];
-    let now = slot.foreign.fetch_add(1, Ordering::SeqCst) + 1;
-    slot.peak_foreign.fetch_max(now, Ordering::SeqCst);
+    slot.foreign.fetch_add(1, Ordering::SeqCst);
+    slot.note_credit_peak();
     let frame = Frame::default();
     let inner = At {
         cx,
@@ -437,6 +450,9 @@ fn spawn_detached(at: At<'_>, target: usize, seed: u64, size: usize) {
         }
     };
     if target == at.pool {
+        let slot = &at.cx.slots[target];
+        slot.local_detached.fetch_add(1, Ordering::SeqCst);
+        slot.note_credit_peak();
         treepool::spawn(body);
     } else {
         at.cx.tally.cross_spawns.fetch_add(1, Ordering::Relaxed);
@@ -551,17 +567,10 @@ fn cross_call(at: At<'_>, rng: &mut Rng, rest: usize) {
         }
         40..=74 => {
             let parts = rng.range(1, 3) as usize;
-            // With `TREEPOOL_STRESS_SCOPE_SPAWNS_ACROSS`, a third of the spawns are made from a
-            // worker of another pool (`bounce`). (Drawn either way, so the tree keeps its shape.)
+            // A third of the spawns are made from a worker of another pool (`bounce`).
             let children: Vec<(u64, usize, bool)> = split(rng, rest, parts)
                 .into_iter()
-                .map(|size| {
-                    (
-                        rng.next(),
-                        size,
-                        rng.range(0, 2) == 0 && cx.scope_spawns_across,
-                    )
-                })
+                .map(|size| (rng.next(), size, rng.range(0, 2) == 0))
                 .collect();
             let bounce_seed = rng.next();
             call_into(at, target, "scope", |inner| {
@@ -659,6 +668,12 @@ fn run_tree(cx: &Arc<Cx>, seed: u64) {
                 "pool {p}: peak executing > cap {cap} + peak foreign calls {foreign}: {stats:?}"
             ));
         }
+        if stats.peak_calls_in > foreign {
+            cx.fail(format!(
+                "pool {p}: peak credit tokens > the test's peak count {foreign}: {stats:?}"
+            ));
+        }
+        slot.local_detached.store(0, Ordering::SeqCst);
         if stats.peak_inflight > (cap + foreign) * stats.peak_depth {
             cx.fail(format!(
                 "pool {p}: peak in flight > (cap {cap} + peak foreign calls {foreign}) x peak \
