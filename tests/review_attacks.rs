@@ -6,7 +6,8 @@
 //! scopes of *other* pools through a list of raw scope pointers (a test-only lifetime erasure:
 //! a job only spawns into a scope it is nested in, so the scope is alive, and everything it
 //! spawns is `'static`). Its length is `TREEPOOL_ATTACK_SECS` seconds (default 20) or
-//! `TREEPOOL_ATTACK_TREES` trees, whichever ends first; `TREEPOOL_ATTACK_SEED` reruns one tree.
+//! `TREEPOOL_ATTACK_TREES` trees, whichever ends first; `TREEPOOL_ATTACK_SEED` reruns one tree
+//! (`TREEPOOL_ATTACK_ROOTS` overrides how many plain threads run it at once).
 
 mod common;
 
@@ -456,6 +457,57 @@ fn three_single_token_pools_in_cycles() {
     });
 }
 
+/// Deep ping-pong: A → B → A → … 60 calls deep, one thread and one token per pool, with a
+/// scope spawn into the previous level's scope (of the other pool: deferred or offered) at every
+/// level. Every call runs on credit; `calls_in` peaks at about half the depth in each pool.
+#[test]
+fn deep_ping_pong_between_two_single_token_pools() {
+    watchdog(120, || {
+        let pools: Arc<Vec<ThreadPool>> = Arc::new(
+            (0..2)
+                .map(|_| {
+                    treepool::ThreadPoolBuilder::new()
+                        .num_threads(1)
+                        .max_inflight(1)
+                        .stack_size(64 << 20)
+                        .build()
+                        .unwrap()
+                })
+                .collect(),
+        );
+        let ran = Arc::new(AtomicUsize::new(0));
+        fn level(
+            pools: &Arc<Vec<ThreadPool>>,
+            ran: &Arc<AtomicUsize>,
+            prev: Option<&Scope<'_>>,
+            d: usize,
+        ) {
+            ran.fetch_add(1, Ordering::SeqCst);
+            if let Some(prev) = prev {
+                let r = ran.clone();
+                prev.spawn(move |_| {
+                    r.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+            if d == 0 {
+                return;
+            }
+            pools[d % 2].scope(|s| level(pools, ran, Some(s), d - 1));
+        }
+        for _ in 0..5 {
+            let (p, r) = (pools.clone(), ran.clone());
+            pools[1].install(move || level(&p, &r, None, 60));
+        }
+        assert_eq!(ran.load(Ordering::SeqCst), 5 * (61 + 60));
+        for p in pools.iter() {
+            wait_fully_idle(p);
+            let s = p.stats();
+            assert!(s.peak_calls_in >= 25, "{s:?}");
+            assert!(bounds_violation(&s, 1).is_none(), "{s:?}");
+        }
+    });
+}
+
 /// Many plain threads hammer two pools whose jobs call each other; every job checks its pool's
 /// bounds at entry.
 #[test]
@@ -800,12 +852,23 @@ fn run_tree(seed: u64) -> Result<(), String> {
         ran: AtomicUsize::new(0),
         bad: Mutex::new(Vec::new()),
     });
-    let top = rng.range(0, npools as u64 - 1) as usize;
-    let (w2, t2) = (w.clone(), tree.clone());
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        w2.pools[top].install(|| run_node(&w2, &t2, 0, top, true, &Vec::new()))
-    }));
-    spin_until(|| w.ran.load(Ordering::SeqCst) == tree.nodes.len());
+    // 1 to 3 plain threads run the same tree at once, each from a pool of its own choice.
+    let roots = rng.range(1, 3) as usize;
+    let roots = std::env::var("TREEPOOL_ATTACK_ROOTS").map_or(roots, |v| v.parse().unwrap());
+    let tops: Vec<usize> = (0..roots)
+        .map(|_| rng.range(0, npools as u64 - 1) as usize)
+        .collect();
+    std::thread::scope(|ts| {
+        for &top in &tops {
+            let (w2, t2) = (w.clone(), tree.clone());
+            ts.spawn(move || {
+                let _ = catch_unwind(AssertUnwindSafe(|| {
+                    w2.pools[top].install(|| run_node(&w2, &t2, 0, top, true, &Vec::new()))
+                }));
+            });
+        }
+    });
+    spin_until(|| w.ran.load(Ordering::SeqCst) == roots * tree.nodes.len());
     for (i, p) in w.pools.iter().enumerate() {
         wait_fully_idle(p);
         let s = p.stats();
@@ -844,11 +907,16 @@ fn random_cross_pool_trees_with_deferred_scope_spawns() {
     };
     let start = Instant::now();
     let mut trees = 0;
+    let mut slowest = (Duration::ZERO, 0);
     for seed in seeds {
         if start.elapsed() > Duration::from_secs(secs) || trees >= max_trees {
             break;
         }
+        let t0 = Instant::now();
         let outcome = catch_unwind(AssertUnwindSafe(|| watchdog(60, move || run_tree(seed))));
+        if t0.elapsed() > slowest.0 {
+            slowest = (t0.elapsed(), seed);
+        }
         match outcome {
             Ok(Ok(())) => {}
             Ok(Err(msg)) => panic!("seed {seed}: {msg} (rerun: TREEPOOL_ATTACK_SEED={seed})"),
@@ -859,5 +927,8 @@ fn random_cross_pool_trees_with_deferred_scope_spawns() {
         }
         trees += 1;
     }
-    println!("{trees} random cross-pool trees");
+    println!(
+        "{trees} random cross-pool trees; slowest: seed {} in {:?}",
+        slowest.1, slowest.0
+    );
 }
