@@ -60,12 +60,13 @@ impl<'scope> Scope<'scope> {
     /// (running other jobs meanwhile) and returns once `f` is admitted. That wait is the
     /// backpressure that bounds jobs in flight to `max_inflight × levels`.
     ///
-    /// Called on a worker of *another* pool (the scope was passed into a call to that pool), the
-    /// call never waits, as [`ThreadPool::spawn`](crate::ThreadPool::spawn) does not there: `f`
-    /// starts at once as a root job if a pool token is free, else it is left to the scope's
-    /// owner, which admits it as a child of its own job at the latest when it waits for the
-    /// scope's end. (Waiting for a pool token instead could deadlock: the owner may hold the
-    /// only one while it waits for this very job.)
+    /// Called on any thread that is not a worker of the scope's pool (a worker of another pool
+    /// the scope was passed to through a call, or a plain thread started inside the scope), the
+    /// call never waits: `f` starts at once as a root job if a pool token is free, else it is
+    /// left to the scope's owner, which admits it as a child of its own job when it next waits,
+    /// at the latest at the scope's end. (Waiting for a pool token instead could deadlock: the
+    /// owner may hold the only one while it waits for the caller.) Such spawns are not
+    /// backpressured.
     ///
     /// A panic in `f` is raised again by the scope call once every job has finished.
     ///
@@ -98,12 +99,14 @@ impl<'scope> Scope<'scope> {
         };
         let job = HeapJob::new(self.registry.new_lender(), body, &self.latch);
         match WorkerThread::current() {
-            Some(w) if w.registry().id() != self.registry.id() => {
+            Some(w) if w.registry().id() == self.registry.id() => job.admit(&self.registry),
+            // Another pool's worker, or a thread outside every pool that a job of this scope
+            // started and waits for: waiting for a token here could wait for the owner's.
+            _ => {
                 if let Err(job) = job.offer(&self.registry) {
                     self.defer(job);
                 }
             }
-            _ => job.admit(&self.registry),
         }
     }
 

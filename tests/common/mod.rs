@@ -83,12 +83,13 @@ pub fn assert_bounds(stats: &treepool::Stats, cap: usize) {
 }
 
 /// Waits (under the caller's watchdog) until the pool is idle again: nothing in flight and every
-/// token back. A job's in-flight count drops just before its token moves on, so for detached
-/// work, where the caller cannot know when the last job ends, both are waited for.
+/// token back, credit tokens of calls from other pools included. A job's in-flight count drops
+/// just before its token moves on, so for detached work, where the caller cannot know when the
+/// last job ends, all are waited for.
 pub fn wait_idle(pool: &treepool::ThreadPool) {
     spin_until(|| {
         let stats = pool.stats();
-        stats.inflight == 0 && stats.tokens_in_use == 0
+        stats.inflight == 0 && stats.executing == 0
     });
 }
 

@@ -5,7 +5,7 @@
 //! The random cross-pool stress (`random_cross_pool_trees_with_deferred_scope_spawns`) reaches
 //! scopes of *other* pools through a list of raw scope pointers (a test-only lifetime erasure:
 //! a job only spawns into a scope it is nested in, so the scope is alive, and everything it
-//! spawns is `'static`). Its length is `TREEPOOL_ATTACK_SECS` seconds (default 20) or
+//! spawns is `'static`). Its length is `TREEPOOL_ATTACK_SECS` seconds (default 5) or
 //! `TREEPOOL_ATTACK_TREES` trees, whichever ends first; `TREEPOOL_ATTACK_SEED` reruns one tree
 //! (`TREEPOOL_ATTACK_ROOTS` overrides how many plain threads run it at once).
 
@@ -897,7 +897,7 @@ fn run_tree(seed: u64) -> Result<(), String> {
 fn random_cross_pool_trees_with_deferred_scope_spawns() {
     let secs: u64 = std::env::var("TREEPOOL_ATTACK_SECS")
         .ok()
-        .map_or(20, |v| v.parse().unwrap());
+        .map_or(5, |v| v.parse().unwrap());
     let max_trees: u64 = std::env::var("TREEPOOL_ATTACK_TREES")
         .ok()
         .map_or(u64::MAX, |v| v.parse().unwrap());
