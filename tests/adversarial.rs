@@ -11,13 +11,12 @@
 
 mod common;
 
-use std::any::Any;
 use std::panic::{catch_unwind, panic_any, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{pool, spin_until, wait_idle, watchdog, Rng};
+use common::{describe, pool, spin_until, wait_idle, watchdog, Bomb, Rng};
 use treepool::{Scope, ThreadPool};
 
 fn fib(n: u32) -> u64 {
@@ -62,29 +61,6 @@ fn bounds_violation(s: &treepool::Stats, cap: usize) -> Option<String> {
         ));
     }
     None
-}
-
-/// A panic payload whose `Drop` panics.
-struct Bomb;
-
-impl Drop for Bomb {
-    fn drop(&mut self) {
-        panic!("drop bomb");
-    }
-}
-
-fn describe(payload: Box<dyn Any + Send>) -> String {
-    if payload.is::<Bomb>() {
-        std::mem::forget(payload);
-        return "<Bomb>".into();
-    }
-    match payload.downcast::<&str>() {
-        Ok(s) => s.to_string(),
-        Err(p) => match p.downcast::<String>() {
-            Ok(s) => *s,
-            Err(_) => "<other>".into(),
-        },
-    }
 }
 
 // ---------------------------------------------------------------------------------------------

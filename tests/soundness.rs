@@ -11,39 +11,13 @@
 
 mod common;
 
-use std::any::Any;
 use std::panic::{catch_unwind, panic_any, AssertUnwindSafe};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{pool, spin_until, watchdog};
-
-/// A panic payload whose `Drop` panics.
-struct Bomb;
-
-impl Drop for Bomb {
-    fn drop(&mut self) {
-        panic!("drop bomb");
-    }
-}
-
-/// What a caught panic payload says: its message, or `"<Bomb>"` for a [`Bomb`], which is leaked
-/// (dropping it here would panic).
-fn describe(payload: Box<dyn Any + Send>) -> String {
-    if payload.is::<Bomb>() {
-        std::mem::forget(payload);
-        return "<Bomb>".to_string();
-    }
-    match payload.downcast::<&str>() {
-        Ok(s) => s.to_string(),
-        Err(payload) => match payload.downcast::<String>() {
-            Ok(s) => *s,
-            Err(_) => "<non-string payload>".to_string(),
-        },
-    }
-}
+use common::{describe, pool, spin_until, watchdog, Bomb};
 
 /// Runs `f`, and describes its panic if it panicked.
 fn catch<R>(f: impl FnOnce() -> R) -> Result<R, String> {

@@ -99,3 +99,28 @@ pub fn assert_idle(stats: &treepool::Stats) {
     assert_eq!(stats.executing, 0, "B4: executing after idle: {stats:?}");
     assert_eq!(stats.tokens_in_use, 0, "B4: tokens after idle: {stats:?}");
 }
+
+/// A panic payload whose `Drop` panics.
+pub struct Bomb;
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        panic!("drop bomb");
+    }
+}
+
+/// What a caught panic payload says: its message, or `"<Bomb>"` for a [`Bomb`], which is leaked
+/// (dropping it here would panic).
+pub fn describe(payload: Box<dyn std::any::Any + Send>) -> String {
+    if payload.is::<Bomb>() {
+        std::mem::forget(payload);
+        return "<Bomb>".to_string();
+    }
+    match payload.downcast::<&str>() {
+        Ok(s) => s.to_string(),
+        Err(payload) => match payload.downcast::<String>() {
+            Ok(s) => *s,
+            Err(_) => "<non-string payload>".to_string(),
+        },
+    }
+}
