@@ -7,9 +7,24 @@
 //!     cargo test --release --test loom_tokens
 //! ```
 //!
-//! (`CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true` is optional: it turns on the table's own
-//! `debug_assert!`s, such as "a lender dropped with a borrower registered", at little cost; CI
-//! runs the models with it.)
+//! (about 7 s for the whole file in release on a 2-core machine), and under AddressSanitizer,
+//! which is what sees a lender used after it was freed (see "Lifetimes" below):
+//!
+//! ```text
+//! RUSTC_BOOTSTRAP=1 RUSTFLAGS="--cfg loom -Zsanitizer=address" CARGO_TARGET_DIR=target/loom-asan \
+//!     CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true TREEPOOL_LOOM_PREEMPTIONS=2 \
+//!     cargo test --release --target x86_64-unknown-linux-gnu --test loom_tokens
+//! ```
+//!
+//! Under ASan the models with spin loops are some 100 times slower: with every model's own bound
+//! the file took 18 minutes here, so the ASan run sets every bound to 2 preemptions
+//! (`TREEPOOL_LOOM_PREEMPTIONS` overrides each model's bound), under half a minute; the lifetime bugs
+//! these models were written against (a borrower slot's reference counted after the CAS that
+//! publishes it; `finish` touching a lender it has parked) need one preemption each.
+//!
+//! (`CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true` turns on the table's own `debug_assert!`s, such
+//! as "a job finished with a child waiting for its loan", at little cost; CI runs the models with
+//! it, and some mutations are caught only by them.)
 //! Each model fixes its own preemption bound through [`loom::model::Builder`] (none at all for
 //! the two-thread models, which loom explores exhaustively), so the result does not depend on
 //! `LOOM_MAX_PREEMPTIONS`. `--nocapture` shows how many executions each model explored.
@@ -22,29 +37,72 @@
 //! * a *spawner* admits a job the way `Registry::admit` does: `try_admit`, else `register`, make
 //!   runnable whatever the registration's re-check granted, wait (a `yield_now` loop) until its
 //!   own job is admitted, then `settle`;
-//! * a *thief* of a join half calls `try_admit` only and hands the job back when it fails;
+//! * a *thief* of a join half makes the half's lender from the joiner's job (by address, as
+//!   `Registry::new_child` does), calls `try_admit` only, and hands the job back when it fails;
 //! * a *finisher* calls `finish` when a job's body returns and makes runnable whatever job the
-//!   call granted a token to.
+//!   call granted a token to;
+//! * a call from a job of another pool starts a root with `admit_credit`.
 //!
-//! Running a job is a few loom atomic operations on a [`World`] ledger, which checks the lending
-//! rules while the job runs (no two children on one loan at once, `in_use() <= cap`) and, at the
-//! end of every execution, exact conservation: every job that started was admitted exactly once
-//! (by its own `try_admit` / `register`, or by exactly one grant), ran exactly once, `in_use()` is
-//! back to zero, and exactly `cap` fresh roots can be admitted (so no token was lost or minted).
-//! Loom's leak check also fails a model whose `Arc<Lender>` references (the one the borrower slot
-//! owns, queue entries) are not all given back.
+//! # Lifetimes: the models free lenders when the code does
+//!
+//! No model keeps a lender alive that the pool would not. Each job's `Arc<Lender>` (a [`Held`])
+//! is owned by whoever runs the job, the thread that plays its spawner and finisher, and is
+//! passed *by value* to `finish`, as `Registry::finish_job` does; the references the table takes
+//! (the borrower slot's, the queue's, a parked parent's) are the table's own. A child refers to
+//! its parent by address only, as in the real code, so a lender is freed the moment the table
+//! drops its last reference, possibly on another thread while a job of the same chain is still
+//! running. The [`World`] ledger keeps per-job counters and each lender's address (to recognise a
+//! grant), never a reference.
+//!
+//! What sees a lifetime bug:
+//! * *Loom's own `Arc`* (it wraps a real `std::sync::Arc`, plus a reference count in loom's
+//!   execution table): its leak check fails an execution that ends with a reference not given
+//!   back ("Arc leaked": a parked token never released, a slot's reference never dropped); an
+//!   `Arc::from_raw` of a lender already freed panics ("no entry found for key": loom looks the
+//!   address up in its table of live `Arc`s); a drop too many panics ("Arc is already
+//!   released"). But loom takes clones and drops of one `Arc` as commuting (a clone is dependent
+//!   only with an inspection of the count), so it would never run another thread between the
+//!   compare-and-swap that publishes a reference and a clone that counts it too late. So a
+//!   granter inspects the count of what it was granted (`Arc::strong_count`, in
+//!   [`World::granted`]): it must be at least 2, the grant's reference and the job's own, which
+//!   the job keeps until it has run, and it runs only once its granter made it runnable (as
+//!   `Registry::start_granted` pushes a granted job's `JobRef`).
+//! * *The table's `debug_assert!`s*, such as "a job finished with a child waiting for its loan"
+//!   or "a lender dropped with a borrower registered".
+//! * *AddressSanitizer*: a freed lender's memory is really freed, but loom's atomics keep their
+//!   state in loom's execution table, so a plain load from a freed lender (through a stale
+//!   `&Lender`, a raw pointer or a child's parent pointer) still "works" under loom alone. Under
+//!   ASan it is a heap-use-after-free report. ASan's run is much slower (loom's threads are
+//!   coroutines on stacks ASan does not know, which it warns about once, harmlessly here); run the
+//!   models under it after any change to the lifetimes.
+//!
+//! # What is checked
+//!
+//! Running a job is a few loom atomic operations on the [`World`] ledger, which checks the
+//! lending rules while the job runs (no two children on one loan at once, at most `cap` pool
+//! tokens in use) and, at the end of every execution, exact conservation: every job that started
+//! was admitted exactly once (by its own `try_admit` / `register`, or by exactly one grant), ran
+//! exactly once, `count()` is back to zero in both halves (pool and credit), the peaks stay within
+//! `cap` plus the credit roots, and exactly `cap` fresh roots can be admitted (so no token was lost
+//! or minted). A lost wake-up leaves a spawner in its `yield_now` loop: loom fails the execution
+//! for exceeding its branch limit.
 //!
 //! # What is assumed
 //!
-//! Under `--cfg loom` the waiter queues (`WaiterQueue`, crossbeam's `Injector` in normal builds)
-//! are a locked `VecDeque`: these models check the protocol *around* the queue (register, fence,
-//! re-check; release, fence, re-check; stale entries; the overflow queue) and take the queue itself
-//! as linearizable, which crossbeam's own tests establish. The lock also orders a push before a
-//! later `is_empty`/`pop` by itself, so these models cannot tell whether the SeqCst fences next to
-//! the queue (in `register` and `release_pool`) are needed: deleting `register`'s fence passes.
-//! The lenders' tickets are left unset: the
-//! table never reads them. The join model mirrors `JoinJob`/`Latch` (`src/job.rs`, `src/latch.rs`)
-//! with loom primitives, since the real ones need a `Registry` with worker threads.
+//! Under `--cfg loom` the waiter queue (`WaiterQueue`, crossbeam's `Injector` in normal builds) is
+//! a locked `VecDeque`: these models check the protocol *around* the queue (register, fence,
+//! re-check; release, fence, re-check; stale entries) and take the queue itself as linearizable,
+//! which crossbeam's own tests establish. The lock orders every push before a later `is_empty` or
+//! `pop` by itself (and a releaser's `is_empty` before a later push), so **loom cannot check the
+//! SeqCst fences next to the queue** (in `register`, `purge_stale` and `count_free_and_recheck`)
+//! nor the SeqCst of `try_pool` and of the free count: deleting the fences and making every SeqCst
+//! in `src/token.rs` Relaxed passes every model.
+//! Those orderings rest on the argument in `count_free_and_recheck`'s doc, not on these models.
+//! The stale-entry purge (`purge_stale`, after 32 stale entries) is not modelled: it needs 32
+//! spawns. Deadlock freedom across pools (B3) is not modelled either: jobs of different pools are
+//! never linked, and a credit root is a plain root here. The lenders' tickets are left unset: the
+//! table never reads them. The join model mirrors `JoinJob`/`Latch` (`src/job.rs`,
+//! `src/latch.rs`) with loom primitives, since the real ones need a `Registry` with worker threads.
 #![cfg(loom)]
 
 #[path = "common/loom_model.rs"]
@@ -55,26 +113,55 @@ use loom::thread;
 use loom_model::model;
 use treepool::__loom::{Admission, Arc, Lender, Registration, TokenTable};
 
-/// The pool id every lender of a model belongs to.
-const POOL: usize = 0;
-
-/// One job of a model and what happened to it.
-struct Job {
+/// A job's lender as its runner holds it: the reference the runner gives to `finish`.
+struct Held {
+    /// The job's index in [`World::jobs`].
+    i: usize,
     lender: Arc<Lender>,
+}
+
+/// The address of a running job's lender, so that another thread can make a child of it (the
+/// thief of a join half does): the real code keeps no reference to a parent either.
+#[derive(Clone, Copy)]
+struct ParentAddr(*const Lender);
+
+// SAFETY: only dereferenced while the job it points to is running (its runner waits for the
+// thread that uses it), as `Lender::parent` is.
+unsafe impl Send for ParentAddr {}
+
+impl Held {
+    fn addr(&self) -> ParentAddr {
+        ParentAddr(Arc::as_ptr(&self.lender))
+    }
+}
+
+/// `Job::addr` of a job whose lender was freed and its address reused.
+const FREED: usize = 1;
+
+/// One job of a model and what happened to it. No reference to its lender.
+struct Job {
     /// Index of the parent job in [`World::jobs`].
     parent: Option<usize>,
+    /// The address of the job's lender once made, 0 before, [`FREED`] once another lender is
+    /// made at the same address: how a grant is mapped back to its job. std's atomic:
+    /// bookkeeping, not part of what loom explores.
+    addr: std::sync::atomic::AtomicUsize,
     /// Times the job was admitted: by its own `try_admit` / `register`, or by a grant.
     admitted: AtomicUsize,
     /// Times its body ran.
     ran: AtomicUsize,
     /// Children running on this job's loan right now.
     on_loan: AtomicUsize,
+    /// Whether the job was made runnable (by whoever admitted it); its body runs only then.
+    runnable: AtomicBool,
 }
 
 /// A token table, the jobs of one model, and the checks on them.
 struct World {
     table: TokenTable,
     jobs: Vec<Job>,
+    /// Roots admitted on credit so far (bookkeeping, std's atomic).
+    credits: std::sync::atomic::AtomicUsize,
 }
 
 impl World {
@@ -83,88 +170,128 @@ impl World {
         World {
             table: TokenTable::new(cap),
             jobs: Vec::new(),
+            credits: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
     /// Adds a root job (`parent: None`) or a child of job `parent`; returns its index.
     fn job(&mut self, parent: Option<usize>) -> usize {
-        let lender = Lender::new(POOL, parent.map(|p| &*self.jobs[p].lender), None);
         self.jobs.push(Job {
-            lender: Arc::new(lender),
             parent,
+            addr: std::sync::atomic::AtomicUsize::new(0),
             admitted: AtomicUsize::new(0),
             ran: AtomicUsize::new(0),
             on_loan: AtomicUsize::new(0),
+            runnable: AtomicBool::new(false),
         });
         self.jobs.len() - 1
     }
 
-    fn lender(&self, i: usize) -> &Arc<Lender> {
-        &self.jobs[i].lender
+    /// Makes job `i`'s lender, as its spawner does: a root, or a child of its parent job, which
+    /// must be running (`parent` is that job's lender).
+    fn make(&self, i: usize, parent: Option<&Lender>) -> Held {
+        use std::sync::atomic::Ordering::Relaxed;
+        let expect = self.jobs[i].parent.map(|p| self.jobs[p].addr.load(Relaxed));
+        let got = parent.map(|p| p as *const Lender as usize);
+        assert_eq!(got, expect, "job {i} made with the wrong parent");
+        let lender = Arc::new(Lender::new(parent));
+        let addr = Arc::as_ptr(&lender) as usize;
+        // A job of the same address was freed: forget it, so that a grant maps to this one.
+        for job in &self.jobs {
+            let _ = job.addr.compare_exchange(addr, FREED, Relaxed, Relaxed);
+        }
+        let before = self.jobs[i].addr.swap(addr, Relaxed);
+        assert_eq!(before, 0, "job {i} made twice");
+        Held { i, lender }
     }
 
-    /// Job `i` was admitted by the calling thread's own `try_admit` or `register`.
+    /// Makes job `i`'s lender as a child of the running job at `parent`.
+    fn make_child(&self, i: usize, parent: ParentAddr) -> Held {
+        // SAFETY: the caller's parent job is running (see `ParentAddr`).
+        self.make(i, Some(unsafe { &*parent.0 }))
+    }
+
+    /// Job `i` was admitted by the calling thread's own `try_admit` / `register` / credit, or by
+    /// a grant: counts it and makes it runnable.
     fn admitted(&self, i: usize) {
         let before = self.jobs[i].admitted.fetch_add(1, Ordering::Relaxed);
         assert_eq!(before, 0, "job {i} admitted twice");
         assert!(
-            self.table.in_use() <= self.table.cap(),
-            "more tokens in use than exist"
+            self.table.count().pool <= self.table.cap(),
+            "more pool tokens in use than exist"
         );
+        // Release: the job's runner waits for it (`run`).
+        self.jobs[i].runnable.store(true, Ordering::Release);
     }
 
     /// A table call returned `granted`: the job it admitted, which the pool would make runnable.
+    /// The reference is dropped here, as `Registry::start_granted` drops it.
     fn granted(&self, granted: Option<Arc<Lender>>) {
         let Some(granted) = granted else { return };
+        let addr = Arc::as_ptr(&granted) as usize;
         let i = self
             .jobs
             .iter()
-            .position(|job| Arc::ptr_eq(&job.lender, &granted))
+            .position(|job| job.addr.load(std::sync::atomic::Ordering::Relaxed) == addr)
             .expect("a grant to a job of this model");
         assert!(
             granted.admission().is_some(),
             "granted job {i} is not admitted"
         );
+        // The grant's reference is counted, and it is not the last: the job itself holds its
+        // own until it has run, which it does only once made runnable, below. Loom takes clones and drops of an `Arc` as commuting, so without this
+        // inspection (which does not commute with either) it would never run a granter between
+        // the compare-and-swap that publishes a reference and a clone that counts it too late.
+        assert!(
+            Arc::strong_count(&granted) >= 2,
+            "granted job {i}'s reference is its only one"
+        );
         self.admitted(i);
     }
 
-    /// Admits job `i` without waiting (the thief of a join half), counting it.
-    fn try_admit(&self, i: usize) -> Option<Admission> {
-        let how = self.table.try_admit(self.lender(i));
+    /// Admits job `h` without waiting (the thief of a join half), counting it.
+    fn try_admit(&self, h: &Held) -> Option<Admission> {
+        let how = self.table.try_admit(&h.lender);
         if how.is_some() {
-            self.admitted(i);
+            self.admitted(h.i);
         }
         how
     }
 
-    /// Admits job `i` as `Registry::admit` does: try, else register and wait. Returns how it was
+    /// Admits job `h` as `Registry::admit` does: try, else register and wait. Returns how it was
     /// admitted.
-    fn admit(&self, i: usize) -> Admission {
-        if let Some(how) = self.try_admit(i) {
+    fn admit(&self, h: &Held) -> Admission {
+        if let Some(how) = self.try_admit(h) {
             return how;
         }
-        let lender = self.lender(i);
-        match self.table.register(lender) {
-            Registration::Admitted => self.admitted(i),
+        match self.table.register(&h.lender) {
+            Registration::Admitted => self.admitted(h.i),
             Registration::Waiting(granted) => {
                 self.granted(granted);
-                while lender.admission().is_none() {
+                while h.lender.admission().is_none() {
                     thread::yield_now();
                 }
             }
         }
-        let granted = self.table.settle(lender);
+        let granted = self.table.settle(&h.lender);
         self.granted(granted);
-        lender.admission().expect("admitted")
+        h.lender.admission().expect("admitted")
     }
 
-    /// Runs job `i`, admitted as `how`, and checks that it is the only child on its parent's loan.
-    fn run(&self, i: usize, how: Admission) {
-        let job = &self.jobs[i];
-        assert_eq!(job.lender.admission(), Some(how));
+    /// Runs job `h`, admitted as `how`, once it is runnable, and checks that it is the only child
+    /// on its parent's loan. (A granted job runs only once its granter made it runnable, as a
+    /// granted job's `JobRef` is pushed by `Registry::start_granted`: its spawner may return
+    /// from its spawn call as soon as it sees the admission, but the job does not run before.)
+    fn run(&self, h: &Held, how: Admission) {
+        let job = &self.jobs[h.i];
+        // Acquire: see what the granter did before it made the job runnable.
+        while !job.runnable.load(Ordering::Acquire) {
+            thread::yield_now();
+        }
+        assert_eq!(h.lender.admission(), Some(how));
         let parent = match how {
             Admission::Loan => Some(&self.jobs[job.parent.expect("a loan has a lender")]),
-            Admission::Pool => None,
+            Admission::Pool | Admission::Credit => None,
         };
         if let Some(parent) = parent {
             let others = parent.on_loan.fetch_add(1, Ordering::Relaxed);
@@ -176,26 +303,36 @@ impl World {
         }
     }
 
-    /// Job `i`'s body returned: finishes it and makes runnable what that granted.
-    fn finish(&self, i: usize) {
-        let granted = self.table.finish(self.lender(i).clone());
+    /// Job `h`'s body returned: gives its runner's reference to `finish` (as
+    /// `Registry::finish_job` does) and makes runnable what that granted.
+    fn finish(&self, h: Held) {
+        let granted = self.table.finish(h.lender);
         self.granted(granted);
     }
 
-    /// Admits job `i` (waiting if needed), runs it and finishes it.
-    fn spawn_and_run(&self, i: usize) {
-        let how = self.admit(i);
-        self.run(i, how);
-        self.finish(i);
+    /// Admits job `h` (waiting if needed), runs it and finishes it.
+    fn spawn_and_run(&self, h: Held) {
+        let how = self.admit(&h);
+        self.run(&h, how);
+        self.finish(h);
     }
 
-    /// Marks job `i`, admitted before the model's threads start, as admitted `how`.
-    fn start(&self, i: usize, how: Admission) {
-        assert_eq!(self.try_admit(i), Some(how));
+    /// Marks job `h`, admitted before the model's threads start, as admitted `how` (a `Credit`
+    /// root is admitted with `admit_credit`).
+    fn start(&self, h: &Held, how: Admission) {
+        if how == Admission::Credit {
+            self.table.admit_credit(&h.lender);
+            self.credits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.admitted(h.i);
+        } else {
+            assert_eq!(self.try_admit(h), Some(how));
+        }
     }
 
     /// End of an execution: every job in `ran` was admitted and ran exactly once, every other job
-    /// was never admitted, no token is in use, and exactly `cap` fresh roots can be admitted.
+    /// was never admitted, no token is in use (pool or credit), the peaks are within bounds, and
+    /// exactly `cap` fresh roots can be admitted.
     fn check_conserved(&self, ran: &[usize]) {
         for (i, job) in self.jobs.iter().enumerate() {
             let expect = usize::from(ran.contains(&i));
@@ -207,29 +344,40 @@ impl World {
             assert_eq!(job.ran.load(Ordering::Relaxed), expect, "job {i} runs");
             assert_eq!(job.on_loan.load(Ordering::Relaxed), 0);
         }
-        assert_eq!(self.table.in_use(), 0, "a token was not given back");
-        let fresh: Vec<Arc<Lender>> = (0..=self.table.cap())
-            .map(|_| Arc::new(Lender::new(POOL, None, None)))
-            .collect();
+        let count = self.table.count();
+        assert_eq!(
+            (count.pool, count.credit),
+            (0, 0),
+            "tokens in use at the end (pool, credit): a token lost or minted"
+        );
+        let credits = self.credits.load(std::sync::atomic::Ordering::Relaxed);
+        let cap = self.table.cap();
+        assert!(
+            self.table.peak_executing() <= cap + credits,
+            "peak executing"
+        );
+        assert!(self.table.peak_credit() <= credits, "peak credit");
+        let mut fresh: Vec<Arc<Lender>> = (0..=cap).map(|_| Arc::new(Lender::new(None))).collect();
         for (k, root) in fresh.iter().enumerate() {
             let how = self.table.try_admit(root);
-            if k < self.table.cap() {
+            if k < cap {
                 assert_eq!(how, Some(Admission::Pool), "fresh root {k} not admitted");
             } else {
                 assert_eq!(how, None, "more free tokens than the table has");
             }
         }
-        for root in &fresh[..self.table.cap()] {
-            assert!(self.table.finish(root.clone()).is_none(), "nobody waits");
+        fresh.truncate(cap);
+        for root in fresh {
+            assert!(self.table.finish(root).is_none(), "nobody waits");
         }
-        assert_eq!(self.table.in_use(), 0);
+        assert_eq!(self.table.count().pool, 0);
     }
 }
 
 /// Model 1: two children of one parent race for its loan. Thread A is the thief of a join half
-/// (`try_admit` only, hands the job back if that fails); thread B spawns (`try_admit`, else
-/// `register` and wait). With one token, held by the parent, at most one runs at a time; if B
-/// waits, A's finish (or B's own re-check) passes the loan on.
+/// (makes the half's lender, `try_admit` only, hands the job back if that fails); thread B spawns
+/// (`try_admit`, else `register` and wait). With one token, held by the parent, at most one runs
+/// at a time; if B waits, A's finish (or B's own re-check) passes the loan on.
 #[test]
 fn two_children_race_for_one_loan() {
     model(None, || {
@@ -237,30 +385,35 @@ fn two_children_race_for_one_loan() {
         let p = world.job(None);
         let c1 = world.job(Some(p));
         let c2 = world.job(Some(p));
-        world.start(p, Admission::Pool);
         let world = Arc::new(world);
+        let hp = world.make(p, None);
+        world.start(&hp, Admission::Pool);
+        let h2 = world.make(c2, Some(&hp.lender));
 
         let a = {
-            let world = world.clone();
-            thread::spawn(move || match world.try_admit(c1) {
-                Some(how) => {
-                    assert_eq!(how, Admission::Loan, "the pool is empty");
-                    world.run(c1, how);
-                    world.finish(c1);
-                    true
+            let (world, parent) = (world.clone(), hp.addr());
+            thread::spawn(move || {
+                let h1 = world.make_child(c1, parent);
+                match world.try_admit(&h1) {
+                    Some(how) => {
+                        assert_eq!(how, Admission::Loan, "the pool is empty");
+                        world.run(&h1, how);
+                        world.finish(h1);
+                        true
+                    }
+                    None => false, // handed back: the joiner runs it inline, no admission
                 }
-                None => false, // handed back: the joiner runs it inline, no admission
             })
         };
         let b = {
             let world = world.clone();
-            thread::spawn(move || world.spawn_and_run(c2))
+            thread::spawn(move || world.spawn_and_run(h2))
         };
         let thief_ran = a.join().unwrap();
         b.join().unwrap();
 
-        world.run(p, Admission::Pool);
-        world.finish(p);
+        world.run(&hp, Admission::Pool);
+        world.finish(hp);
         let mut ran = vec![p, c2];
         if thief_ran {
             ran.push(c1);
@@ -271,7 +424,8 @@ fn two_children_race_for_one_loan() {
 
 /// Model 2: a loan returns while another child registers for it. The parent lent its only token
 /// to C1 before the threads start; thread A finishes C1 while thread B spawns C2. C2 must be
-/// admitted exactly once, whoever grants it.
+/// admitted exactly once, whoever grants it, and the borrower slot's reference to C2 must be
+/// counted before the slot is published (the returner may take it out and drop it at once).
 #[test]
 fn loan_returns_while_borrower_registers() {
     model(None, || {
@@ -279,26 +433,29 @@ fn loan_returns_while_borrower_registers() {
         let p = world.job(None);
         let c1 = world.job(Some(p));
         let c2 = world.job(Some(p));
-        world.start(p, Admission::Pool);
-        world.start(c1, Admission::Loan);
         let world = Arc::new(world);
+        let hp = world.make(p, None);
+        world.start(&hp, Admission::Pool);
+        let h1 = world.make(c1, Some(&hp.lender));
+        world.start(&h1, Admission::Loan);
+        let h2 = world.make(c2, Some(&hp.lender));
 
         let a = {
             let world = world.clone();
             thread::spawn(move || {
-                world.run(c1, Admission::Loan);
-                world.finish(c1);
+                world.run(&h1, Admission::Loan);
+                world.finish(h1);
             })
         };
         let b = {
             let world = world.clone();
-            thread::spawn(move || world.spawn_and_run(c2))
+            thread::spawn(move || world.spawn_and_run(h2))
         };
         a.join().unwrap();
         b.join().unwrap();
 
-        world.run(p, Admission::Pool);
-        world.finish(p);
+        world.run(&hp, Admission::Pool);
+        world.finish(hp);
         world.check_conserved(&[p, c1, c2]);
     });
 }
@@ -312,19 +469,23 @@ fn pool_token_released_while_waiter_enqueues() {
         let mut world = World::new(1);
         let r1 = world.job(None);
         let r2 = world.job(None);
-        world.start(r1, Admission::Pool);
         let world = Arc::new(world);
+        let h1 = world.make(r1, None);
+        world.start(&h1, Admission::Pool);
 
         let a = {
             let world = world.clone();
             thread::spawn(move || {
-                world.run(r1, Admission::Pool);
-                world.finish(r1);
+                world.run(&h1, Admission::Pool);
+                world.finish(h1);
             })
         };
         let b = {
             let world = world.clone();
-            thread::spawn(move || world.spawn_and_run(r2))
+            thread::spawn(move || {
+                let h2 = world.make(r2, None);
+                world.spawn_and_run(h2);
+            })
         };
         a.join().unwrap();
         b.join().unwrap();
@@ -333,42 +494,58 @@ fn pool_token_released_while_waiter_enqueues() {
     });
 }
 
-/// Model 4: a parent finishes while its loan comes back (rule 4). P took the only token and lent
-/// it to C; thread A finishes P, thread B finishes C. The token is released exactly once, by
-/// whichever comes second: afterwards exactly one fresh root can be admitted.
+/// A root P, admitted `root`, lent its only token to C; thread A finishes P, thread B finishes C.
+/// The token is released exactly once, by whichever comes second; if P finishes first, its
+/// lender is parked with the loan and freed by C's thread.
+fn parent_finishes_while_loan_returns(root: Admission) {
+    let mut world = World::new(1);
+    let p = world.job(None);
+    let c = world.job(Some(p));
+    let world = Arc::new(world);
+    let hp = world.make(p, None);
+    world.start(&hp, root);
+    let hc = world.make(c, Some(&hp.lender));
+    world.start(&hc, Admission::Loan);
+
+    let a = {
+        let world = world.clone();
+        thread::spawn(move || {
+            world.run(&hp, root);
+            world.finish(hp);
+        })
+    };
+    let b = {
+        let world = world.clone();
+        thread::spawn(move || {
+            world.run(&hc, Admission::Loan);
+            world.finish(hc);
+        })
+    };
+    a.join().unwrap();
+    b.join().unwrap();
+
+    world.check_conserved(&[p, c]);
+}
+
+/// Model 4: a parent finishes while its loan comes back (rule 4), on a pool token: afterwards
+/// exactly one fresh root can be admitted.
 #[test]
-fn parent_finishes_while_loan_returns() {
+fn parent_finishes_while_loan_returns_pool() {
+    model(None, || parent_finishes_while_loan_returns(Admission::Pool));
+}
+
+/// Model 4c: as model 4, the parent a root on credit (a call from another pool): the parked
+/// token is the credit, which goes back to the credit half, never to the pool's free count.
+#[test]
+fn parent_finishes_while_loan_returns_credit() {
     model(None, || {
-        let mut world = World::new(1);
-        let p = world.job(None);
-        let c = world.job(Some(p));
-        world.start(p, Admission::Pool);
-        world.start(c, Admission::Loan);
-        let world = Arc::new(world);
-
-        let a = {
-            let world = world.clone();
-            thread::spawn(move || {
-                world.run(p, Admission::Pool);
-                world.finish(p);
-            })
-        };
-        let b = {
-            let world = world.clone();
-            thread::spawn(move || {
-                world.run(c, Admission::Loan);
-                world.finish(c);
-            })
-        };
-        a.join().unwrap();
-        b.join().unwrap();
-
-        world.check_conserved(&[p, c]);
+        parent_finishes_while_loan_returns(Admission::Credit)
     });
 }
 
 /// Model 4b: a parked token climbs two levels. G took the only token, lent it to P, which lent it
-/// to C; all three finish at once. The token goes back to the pool exactly once.
+/// to C; all three finish at once. The token goes back to the pool exactly once, and each parked
+/// lender is freed by whoever passes its token on.
 #[test]
 fn parked_token_climbs_two_levels() {
     model(Some(4), || {
@@ -376,22 +553,25 @@ fn parked_token_climbs_two_levels() {
         let g = world.job(None);
         let p = world.job(Some(g));
         let c = world.job(Some(p));
-        world.start(g, Admission::Pool);
-        world.start(p, Admission::Loan);
-        world.start(c, Admission::Loan);
         let world = Arc::new(world);
+        let hg = world.make(g, None);
+        world.start(&hg, Admission::Pool);
+        let hp = world.make(p, Some(&hg.lender));
+        world.start(&hp, Admission::Loan);
+        let hc = world.make(c, Some(&hp.lender));
+        world.start(&hc, Admission::Loan);
 
         let threads: Vec<_> = [
-            (g, Admission::Pool),
-            (p, Admission::Loan),
-            (c, Admission::Loan),
+            (hg, Admission::Pool),
+            (hp, Admission::Loan),
+            (hc, Admission::Loan),
         ]
         .into_iter()
-        .map(|(i, how)| {
+        .map(|(h, how)| {
             let world = world.clone();
             thread::spawn(move || {
-                world.run(i, how);
-                world.finish(i);
+                world.run(&h, how);
+                world.finish(h);
             })
         })
         .collect();
@@ -406,71 +586,79 @@ fn parked_token_climbs_two_levels() {
 /// Model 5: one waiter granted by its parent's loan and by a pool token at once. Two tokens: P
 /// holds one and lent it to C1, root R holds the other; C2 (P's child) waits for either. Thread A
 /// finishes C1 (the loan returns), thread B finishes R (a pool token is released), and the main
-/// thread is C2's spawner (P's thread). Exactly one grant to C2 wins; the other token is not
-/// lost: while it is free a fresh root is admitted, and at the end everything is back.
+/// thread is P's: it waits for C2's admission, runs C2, then finishes C2 and P, while C1 may still
+/// hold P's loan (P then parks its token). Exactly one grant to C2 wins; the other token is not
+/// lost: while it is free a fresh root is admitted, and at the end everything is back. If the
+/// pool token wins, `settle` must take C2 out of P's borrower slot (and drop the slot's
+/// reference) before P finishes.
 #[test]
 fn waiter_granted_by_loan_and_pool_at_once() {
-    model(Some(4), || {
+    model(Some(3), || {
         let mut world = World::new(2);
         let p = world.job(None);
         let r = world.job(None);
         let c1 = world.job(Some(p));
         let c2 = world.job(Some(p));
         let extra = world.job(None);
-        world.start(p, Admission::Pool);
-        world.start(r, Admission::Pool);
-        world.start(c1, Admission::Loan);
-        assert_eq!(world.table.try_admit(world.lender(c2)), None);
-        match world.table.register(world.lender(c2)) {
+        let world = Arc::new(world);
+        let hp = world.make(p, None);
+        world.start(&hp, Admission::Pool);
+        let hr = world.make(r, None);
+        world.start(&hr, Admission::Pool);
+        let h1 = world.make(c1, Some(&hp.lender));
+        world.start(&h1, Admission::Loan);
+        let h2 = world.make(c2, Some(&hp.lender));
+        assert_eq!(world.table.try_admit(&h2.lender), None);
+        match world.table.register(&h2.lender) {
             Registration::Waiting(None) => {}
             _ => panic!("C2 must wait: its parent is lending and the pool is empty"),
         }
-        let world = Arc::new(world);
 
         let a = {
             let world = world.clone();
             thread::spawn(move || {
-                world.run(c1, Admission::Loan);
-                world.finish(c1);
+                world.run(&h1, Admission::Loan);
+                world.finish(h1);
             })
         };
         let b = {
             let world = world.clone();
             thread::spawn(move || {
-                world.run(r, Admission::Pool);
-                world.finish(r);
+                world.run(&hr, Admission::Pool);
+                world.finish(hr);
             })
         };
         // P's thread, in its spawn call for C2.
-        let c2_lender = world.lender(c2);
-        while c2_lender.admission().is_none() {
+        while h2.lender.admission().is_none() {
             thread::yield_now();
         }
-        world.granted(world.table.settle(c2_lender));
-        let how = c2_lender.admission().unwrap();
-        world.run(c2, how);
-        a.join().unwrap();
+        world.granted(world.table.settle(&h2.lender));
+        let how = h2.lender.admission().unwrap();
+        world.run(&h2, how);
         b.join().unwrap();
 
-        // C1's loan and R's token came back once each. On the loan, C2 left R's token free, and
-        // a fresh root takes it; on R's token, P holds its own again and the pool is empty.
+        // R's token came back. On the loan, C2 left it free, and a fresh root takes it; on R's
+        // token, P's is lent or back with P, and the pool is empty.
         let mut ran = vec![p, r, c1, c2];
+        let hx = world.make(extra, None);
         match how {
             Admission::Loan => {
-                assert_eq!(world.table.in_use(), 1);
-                assert_eq!(world.try_admit(extra), Some(Admission::Pool));
-                world.run(extra, Admission::Pool);
-                world.finish(extra);
+                assert_eq!(world.table.count().pool, 1);
+                assert_eq!(world.try_admit(&hx), Some(Admission::Pool));
+                world.run(&hx, Admission::Pool);
+                world.finish(hx);
                 ran.push(extra);
             }
-            Admission::Pool => {
-                assert_eq!(world.table.in_use(), 2);
-                assert_eq!(world.try_admit(extra), None);
+            _ => {
+                assert_eq!(how, Admission::Pool);
+                assert_eq!(world.table.count().pool, 2);
+                assert_eq!(world.try_admit(&hx), None);
             }
         }
-        world.finish(c2);
-        world.run(p, Admission::Pool);
-        world.finish(p);
+        world.finish(h2);
+        world.run(&hp, Admission::Pool);
+        world.finish(hp);
+        a.join().unwrap();
         world.check_conserved(&ran);
     });
 }
@@ -484,16 +672,18 @@ const HANDED_BACK: u8 = 2;
 /// primitives: `in_deque` stands for `b` in the joiner's deque (taken by exactly one of the
 /// joiner's pop and a thief's steal), `latch` for `b`'s latch. J (the joiner's job) holds the
 /// only token and lent it to C1; if `c1_returns`, a third thread finishes C1 meanwhile, so the
-/// thief may find the loan free and run `b` itself.
+/// thief may find the loan free and run `b` itself. The thief makes `b`'s lender only once it
+/// has stolen `b` (`Registry::new_child(job.parent)`), from J's address.
 fn join_hand_back(c1_returns: bool) {
     let mut world = World::new(1);
     let j = world.job(None);
     let c1 = world.job(Some(j));
-    // `b`'s lender, which a thief makes when it steals `b` (`registry.new_child(job.parent)`).
     let b = world.job(Some(j));
-    world.start(j, Admission::Pool);
-    world.start(c1, Admission::Loan);
     let world = Arc::new(world);
+    let hj = world.make(j, None);
+    world.start(&hj, Admission::Pool);
+    let h1 = world.make(c1, Some(&hj.lender));
+    world.start(&h1, Admission::Loan);
     let in_deque = Arc::new(AtomicBool::new(true));
     let latch = Arc::new(AtomicU8::new(UNSET));
     // How many times `b`'s closure ran, wherever.
@@ -506,6 +696,7 @@ fn join_hand_back(c1_returns: bool) {
             latch.clone(),
             b_ran.clone(),
         );
+        let parent = hj.addr();
         thread::spawn(move || {
             if in_deque
                 .compare_exchange(true, false, Ordering::AcqRel, Ordering::Relaxed)
@@ -513,30 +704,36 @@ fn join_hand_back(c1_returns: bool) {
             {
                 return false; // the joiner popped it back
             }
-            match world.try_admit(b) {
+            let hb = world.make_child(b, parent);
+            match world.try_admit(&hb) {
                 None => {
-                    // No token: hand `b` back (`Latch::hand_back`, a release store).
+                    // No token: hand `b` back (`Latch::hand_back`, a release store); its lender
+                    // is dropped unadmitted.
+                    drop(hb);
                     latch.store(HANDED_BACK, Ordering::Release);
                     false
                 }
                 Some(how) => {
                     assert!(c1_returns, "J's token is lent and the pool is empty");
-                    world.run(b, how);
+                    world.run(&hb, how);
                     b_ran.fetch_add(1, Ordering::Relaxed);
-                    world.finish(b);
+                    world.finish(hb);
                     latch.store(SET, Ordering::Release);
                     true
                 }
             }
         })
     };
-    let returner = c1_returns.then(|| {
+    let (returner, h1) = if c1_returns {
         let world = world.clone();
-        thread::spawn(move || {
-            world.run(c1, Admission::Loan);
-            world.finish(c1);
-        })
-    });
+        let t = thread::spawn(move || {
+            world.run(&h1, Admission::Loan);
+            world.finish(h1);
+        });
+        (Some(t), None)
+    } else {
+        (None, Some(h1))
+    };
 
     // The joiner: `a` ran inline; now pop `b` back, or wait for its latch.
     let popped = in_deque
@@ -558,17 +755,17 @@ fn join_hand_back(c1_returns: bool) {
     }
 
     let thief_ran = thief.join().unwrap();
-    match returner {
-        Some(t) => t.join().unwrap(),
-        None => {
-            world.run(c1, Admission::Loan);
-            world.finish(c1);
-        }
+    if let Some(t) = returner {
+        t.join().unwrap();
+    }
+    if let Some(h1) = h1 {
+        world.run(&h1, Admission::Loan);
+        world.finish(h1);
     }
     assert_eq!(b_ran.load(Ordering::Relaxed), 1, "b ran exactly once");
     assert_eq!(thief_ran, !inline);
-    world.run(j, Admission::Pool);
-    world.finish(j);
+    world.run(&hj, Admission::Pool);
+    world.finish(hj);
     let mut ran = vec![j, c1];
     if thief_ran {
         ran.push(b);
@@ -590,137 +787,55 @@ fn stolen_join_half_admitted_or_handed_back() {
     model(None, || join_hand_back(true));
 }
 
-/// Model 7: calls crossing pools make two children of one parent wait at once: one in the
-/// parent's borrower slot, the other (`Busy`) in its overflow queue. The parent's only token is
-/// on loan to C1; threads B and C spawn C2 and C3 while the main thread finishes C1. The loan
-/// passes from child to child; both are admitted exactly once and the token comes back.
+/// Model 7: a root on credit lends, and its next child waits for the loan or a pool token. One
+/// pool token, held by root R; K, a root started by a call from a job of another pool, is
+/// admitted on credit and lent its token to C1. The main thread is K's: it spawns C2, which
+/// finds K's token lent and the pool empty and waits for either; thread A finishes C1 (the loan
+/// returns, to C2 or to K), thread B finishes R (the pool token is released, to C2 or to the free
+/// count). C2 is admitted exactly once; then K finishes. At the end `count()` is zero in both
+/// halves (the credit went back to the credit half, the pool token to the pool) and exactly `cap`
+/// fresh roots can be admitted.
 #[test]
-fn two_waiting_children_with_overflow() {
+fn credit_root_lends_while_pool_token_released() {
     model(Some(3), || {
         let mut world = World::new(1);
-        let p = world.job(None);
-        let c1 = world.job(Some(p));
-        let c2 = world.job(Some(p));
-        let c3 = world.job(Some(p));
-        world.start(p, Admission::Pool);
-        world.start(c1, Admission::Loan);
+        let r = world.job(None);
+        let k = world.job(None);
+        let c1 = world.job(Some(k));
+        let c2 = world.job(Some(k));
         let world = Arc::new(world);
-
-        let spawners: Vec<_> = [c2, c3]
-            .into_iter()
-            .map(|i| {
-                let world = world.clone();
-                thread::spawn(move || world.spawn_and_run(i))
-            })
-            .collect();
-        world.run(c1, Admission::Loan);
-        world.finish(c1);
-        for t in spawners {
-            t.join().unwrap();
-        }
-
-        world.run(p, Admission::Pool);
-        world.finish(p);
-        world.check_conserved(&[p, c1, c2, c3]);
-    });
-}
-
-/// Model 8: a child reaches a parent that is finishing (rule 4). Only a call crossing pools from
-/// a detached descendant can do that: P (pool A) spawned C1 on its loan and started a detached
-/// root in pool B, which spawns C2 back into pool A as P's child (`Lender::ancestor_in`). Thread A
-/// finishes P (its token stays parked with the loan), thread B finishes C1 (the loan returns), and
-/// thread C spawns C2. C2 is admitted exactly once, on the loan or on a pool token, and the token
-/// goes back to the pool exactly once.
-///
-/// C2 can register in P's borrower slot (P lent, not yet finished) just before P finishes: this
-/// model found that `finish` then left it there and passed the parked loan on, against rule 4.
-/// Now `finish` withdraws it and it is admitted from the pool.
-#[test]
-fn child_of_finishing_parent() {
-    model(Some(3), || {
-        let mut world = World::new(1);
-        let p = world.job(None);
-        let c1 = world.job(Some(p));
-        let c2 = world.job(Some(p));
-        world.start(p, Admission::Pool);
-        world.start(c1, Admission::Loan);
-        let world = Arc::new(world);
-
-        let threads: Vec<_> = [0, 1, 2]
-            .into_iter()
-            .map(|k| {
-                let world = world.clone();
-                thread::spawn(move || match k {
-                    0 => {
-                        world.run(p, Admission::Pool);
-                        world.finish(p);
-                    }
-                    1 => {
-                        world.run(c1, Admission::Loan);
-                        world.finish(c1);
-                    }
-                    _ => world.spawn_and_run(c2),
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
-
-        world.check_conserved(&[p, c1, c2]);
-    });
-}
-
-/// Model 9: as model 8 with two children of P waiting at once (both from calls crossing pools):
-/// C2 waits in P's borrower slot before the threads start, C3 registers meanwhile (finding the
-/// slot taken, it waits in P's overflow queue). Thread A finishes C1, which passes the loan to
-/// C2, then runs and finishes C2; thread B spawns C3; the main thread finishes P.
-///
-/// This model found two bugs, now fixed: (1) if P finished after C3 found the slot taken
-/// (`Borrow::Busy`) but before C3 pushed itself to P's overflow queue, `finish`'s
-/// `drain_overflow` missed C3, and the queue entry (an `Arc` of C3, whose parent is P) was never
-/// dropped (now the child announces itself with the `OVERFLOW` bit, which `finish` reads). (2) If C2's return left P's token unlent before
-/// C3 pushed itself, C3's `pump_loan` took the token and P finished before `return_loan`, which
-/// returned `ParentFinished`: the token was lost (now `pump_loan` passes it on like `give_back`).
-#[test]
-fn overflow_child_of_finishing_parent() {
-    model(Some(3), || {
-        let mut world = World::new(1);
-        let p = world.job(None);
-        let c1 = world.job(Some(p));
-        let c2 = world.job(Some(p));
-        let c3 = world.job(Some(p));
-        world.start(p, Admission::Pool);
-        world.start(c1, Admission::Loan);
-        assert_eq!(world.table.try_admit(world.lender(c2)), None);
-        match world.table.register(world.lender(c2)) {
-            Registration::Waiting(None) => {}
-            _ => panic!("C2 must wait: its parent is lending and the pool is empty"),
-        }
-        let world = Arc::new(world);
+        let hr = world.make(r, None);
+        world.start(&hr, Admission::Pool);
+        let hk = world.make(k, None);
+        world.start(&hk, Admission::Credit);
+        let h1 = world.make(c1, Some(&hk.lender));
+        world.start(&h1, Admission::Loan);
+        let count = world.table.count();
+        assert_eq!((count.pool, count.credit), (1, 1));
 
         let a = {
             let world = world.clone();
             thread::spawn(move || {
-                world.run(c1, Admission::Loan);
-                world.finish(c1);
-                // C2's spawner, woken by the grant (to C2, from C1's finish: nothing else runs).
-                let c2_lender = world.lender(c2);
-                assert!(c2_lender.admission().is_some());
-                world.granted(world.table.settle(c2_lender));
-                world.run(c2, c2_lender.admission().unwrap());
-                world.finish(c2);
+                world.run(&h1, Admission::Loan);
+                world.finish(h1);
             })
         };
         let b = {
             let world = world.clone();
-            thread::spawn(move || world.spawn_and_run(c3))
+            thread::spawn(move || {
+                world.run(&hr, Admission::Pool);
+                world.finish(hr);
+            })
         };
-        world.run(p, Admission::Pool);
-        world.finish(p);
+        // K's thread: spawn C2 and wait for it, then K's body returns.
+        let h2 = world.make(c2, Some(&hk.lender));
+        world.spawn_and_run(h2);
         a.join().unwrap();
         b.join().unwrap();
+        world.run(&hk, Admission::Credit);
+        world.finish(hk);
 
-        world.check_conserved(&[p, c1, c2, c3]);
+        assert_eq!(world.table.peak_credit(), 1);
+        world.check_conserved(&[r, k, c1, c2]);
     });
 }

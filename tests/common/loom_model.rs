@@ -7,10 +7,13 @@ where
     F: Fn() + Sync + Send + 'static,
 {
     let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = std::env::var("TREEPOOL_LOOM_PREEMPTIONS")
+    // `TREEPOOL_LOOM_PREEMPTIONS` overrides every model's bound (e.g. 2 for the slower run
+    // under AddressSanitizer).
+    let preemptions = std::env::var("TREEPOOL_LOOM_PREEMPTIONS")
         .ok()
         .map(|v| v.parse().unwrap())
         .or(preemptions);
+    builder.preemption_bound = preemptions;
     // Counts the executions explored (shown with `--nocapture`); std's atomic, outside the model.
     let executions = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = executions.clone();
