@@ -259,7 +259,8 @@ def fanout_check(r):
 
 time_table("4. Scope fan-out", "treepool/rayon ≤ 1.00 (≤ 1.10 with a profile explaining it)",
            [("100k tiny spawns in one scope", "scope_flat_100k"),
-            ("1,000 spawns × 100 spawns each", "scope_nested_1000x100")], fanout_check)
+            ("1,000 spawns × 100 spawns each", "scope_nested_1000x100"),
+            ("10 × 10 × 1,000 spawns (three levels)", "scope_three_10x10x1000")], fanout_check)
 
 
 def main_rows(name, t):

@@ -4,6 +4,8 @@
 //!   index to a shared relaxed atomic, checked afterwards).
 //! * `scope_nested_1000x100_t<threads>`: one scope spawns 1,000 jobs, each of which spawns 100
 //!   tiny jobs on the same scope (100,000 leaves + 1,000 inner jobs).
+//! * `scope_three_10x10x1000_t<threads>`: three levels, 10 × 10 inner jobs spawning 1,000 tiny
+//!   jobs each on the same scope (100,000 leaves + 110 inner jobs).
 //!
 //! This is the spawn path: boxing a job, treepool's admission in `Scope::spawn` (which may wait
 //! while helping) against rayon's push-and-return, and the scope's completion counting.
@@ -21,6 +23,7 @@ use criterion::{Criterion, SamplingMode};
 const FLAT: u64 = 100_000;
 const OUTER: u64 = 1_000;
 const INNER: u64 = 100;
+const THREE: (u64, u64, u64) = (10, 10, 1_000);
 
 for_both_pools! {
     pub fn flat(n: u64) -> u64 {
@@ -52,6 +55,28 @@ for_both_pools! {
         });
         total.into_inner()
     }
+
+    pub fn three(a: u64, b: u64, c: u64) -> u64 {
+        let total = AtomicU64::new(0);
+        pl::scope(|s| {
+            for i in 0..a {
+                let total = &total;
+                s.spawn(move |s| {
+                    for j in 0..b {
+                        s.spawn(move |s| {
+                            for k in 0..c {
+                                s.spawn(move |_| {
+                                    let leaf = (i * b + j) * c + k;
+                                    total.fetch_add(black_box(leaf), Ordering::Relaxed);
+                                });
+                            }
+                        });
+                    }
+                });
+            }
+        });
+        total.into_inner()
+    }
 }
 
 fn bench(c: &mut Criterion) {
@@ -66,6 +91,10 @@ fn bench(c: &mut Criterion) {
     let nested_sum = n * (n - 1) / 2;
     assert_eq!(tp.install(|| tp::nested(OUTER, INNER)), nested_sum);
     assert_eq!(ry.install(|| ry::nested(OUTER, INNER)), nested_sum);
+    let (x, y, z) = THREE;
+    let three_sum = (x * y * z) * (x * y * z - 1) / 2;
+    assert_eq!(tp.install(|| tp::three(x, y, z)), three_sum);
+    assert_eq!(ry.install(|| ry::three(x, y, z)), three_sum);
 
     let mut g = c.benchmark_group(common::group_name("scope_flat_100k", threads));
     g.sampling_mode(SamplingMode::Flat);
@@ -81,6 +110,12 @@ fn bench(c: &mut Criterion) {
     g.bench_function("rayon", |b| {
         b.iter(|| ry.install(|| ry::nested(OUTER, INNER)))
     });
+    g.finish();
+
+    let mut g = c.benchmark_group(common::group_name("scope_three_10x10x1000", threads));
+    g.sampling_mode(SamplingMode::Flat);
+    g.bench_function("treepool", |b| b.iter(|| tp.install(|| tp::three(x, y, z))));
+    g.bench_function("rayon", |b| b.iter(|| ry.install(|| ry::three(x, y, z))));
     g.finish();
 }
 

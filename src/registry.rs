@@ -20,7 +20,7 @@ use crate::latch::WakeTarget;
 use crate::sleep::Sleep;
 use crate::stats::{Counter, Counters, Stats};
 use crate::sync::{thread, Arc, AtomicBool, Ordering};
-use crate::token::{Admission, Lender, Registration, TokenTable};
+use crate::token::{Admission, Lender, Registration, Spare, TokenTable};
 
 /// A panic handler for detached jobs.
 pub type PanicHandler = Box<dyn Fn(Box<dyn std::any::Any + Send>) + Send + Sync>;
@@ -184,16 +184,10 @@ impl Registry {
         let here = WorkerThread::current();
         let own = here.filter(|w| w.registry.id == self.id);
         if let Some(worker) = own {
-            // Help first: the newest job of our own deque is usually the sibling whose token we
-            // wait for, and running it frees that token without any queueing or wake-up.
-            while let Some(ready) = worker.pop() {
-                // SAFETY: jobs in the deque are alive and run once, on a worker of their pool.
-                unsafe { ready.run() };
-                // SAFETY: as above: `job` is not runnable yet.
-                if self.try_admit(unsafe { &*lender }) {
-                    worker.push(job);
-                    return;
-                }
+            // SAFETY: as above: `job` is not runnable yet while the loop runs.
+            if worker.help_until_admitted(|| unsafe { &*lender }) {
+                worker.push(job);
+                return;
             }
         }
         // From here on the job may run and free the lender it holds: take a reference.
@@ -231,11 +225,12 @@ impl Registry {
         }
     }
 
-    /// The job of `lender` has finished: it is no longer in flight, and its token moves on.
+    /// The job of `lender` has finished: it is no longer in flight, and its token moves on (a
+    /// pool token into `spare`, if given and free, for a spawner of the calling thread).
     #[inline]
-    pub fn finish_job(&self, lender: Arc<Lender>) {
+    pub fn finish_job(&self, lender: Arc<Lender>, spare: Option<&Spare>) {
         self.counters.job_finished();
-        if let Some(child) = self.tokens.finish(lender) {
+        if let Some(child) = self.tokens.finish(lender, spare) {
             self.start_granted(child);
         }
     }
@@ -362,6 +357,12 @@ pub struct WorkerThread {
     registry: Arc<Registry>,
     /// The lender of the job this thread is running now; null between jobs.
     current: Cell<*const Lender>,
+    /// The job whose spawn waits for a token in `help_until_admitted` (null: none): a job that
+    /// finishes while it is current again, i.e. one that loop ran, keeps its pool token in
+    /// `spare` for it.
+    spare_for: Cell<*const Lender>,
+    /// The pool token kept for that spawn.
+    spare: Spare,
     /// State of the xorshift generator that picks the first victim to steal from.
     rng: Cell<u64>,
 }
@@ -416,7 +417,36 @@ impl WorkerThread {
     #[inline]
     pub fn run_admitted(&self, lender: Arc<Lender>, body: impl FnOnce()) {
         self.with_current(Arc::as_ptr(&lender), body);
-        self.registry.finish_job(lender);
+        let wanted = self.spare_for.get();
+        let spare = (!wanted.is_null() && wanted == self.current.get()).then_some(&self.spare);
+        self.registry.finish_job(lender, spare);
+    }
+
+    /// The help-first loop of a spawn that found no token free: runs the newest jobs of this
+    /// worker's deque (usually the siblings whose tokens the spawn waits for, so running one
+    /// frees a token without any queueing or wake-up) until `lender()` is admitted, on a token
+    /// one of them left in `spare` or by `try_admit`. Returns whether it was; `false` when the
+    /// deque ran dry first.
+    fn help_until_admitted<'a>(&self, lender: impl Fn() -> &'a Lender) -> bool {
+        let outer = self.spare_for.replace(self.current.get());
+        let admitted = loop {
+            let Some(ready) = self.pop() else {
+                break false;
+            };
+            // SAFETY: jobs in the deque are alive and run once, on a worker of their pool.
+            unsafe { ready.run() };
+            let registry = &self.registry;
+            if registry.tokens.admit_spare(lender(), &self.spare) {
+                registry.note_admitted(lender(), Admission::Pool);
+                break true;
+            }
+            if registry.try_admit(lender()) {
+                break true;
+            }
+        };
+        debug_assert!(!self.spare.is_held(), "a kept token is used at once");
+        self.spare_for.set(outer);
+        admitted
     }
 
     /// Pushes a job to this worker's deque, where thieves can take it.
@@ -517,6 +547,8 @@ pub fn main_loop(seed: WorkerSeed, registry: Arc<Registry>, on_start: impl FnOnc
         index: seed.index,
         registry,
         current: Cell::new(ptr::null()),
+        spare_for: Cell::new(ptr::null()),
+        spare: Spare::default(),
         rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ (seed.index as u64 + 1).wrapping_mul(0xA24B_AED4)),
     };
     WORKER.with(|w| w.set(&worker));

@@ -308,6 +308,30 @@ fn decode(admission: u8) -> Option<Admission> {
     }
 }
 
+/// A place on one thread for one pool token, kept for a spawner of that thread that waits for
+/// admission (in `Registry::admit`'s help-first loop): a job that finishes on the thread hands
+/// its pool token straight to it instead of releasing it to the pool and the spawner taking it
+/// back, which costs a shared RMW and a fence each way. Plain cells: only the owning thread
+/// touches it. The token stays in use the whole time, so no other waiter can miss it.
+#[derive(Default)]
+pub struct Spare {
+    held: std::cell::Cell<bool>,
+}
+
+impl Spare {
+    /// Keeps a released pool token if none is kept yet.
+    #[inline]
+    fn keep(&self) -> bool {
+        !self.held.replace(true)
+    }
+
+    /// Whether a token is kept.
+    #[inline]
+    pub fn is_held(&self) -> bool {
+        self.held.get()
+    }
+}
+
 /// The outcome of [`TokenTable::register`].
 pub enum Registration {
     /// The job is admitted; the caller makes it runnable.
@@ -503,7 +527,19 @@ impl TokenTable {
     /// The job's body returned: releases its token, unless it is lent out (then it stays parked
     /// until the loan returns, rule 4, and `job`'s reference goes with the loan). Returns the
     /// waiting job that received the token, if any.
-    pub fn finish(&self, job: Arc<Lender>) -> Option<Arc<Lender>> {
+    ///
+    /// `spare`: where the calling thread may keep a pool token instead of releasing it, for a
+    /// spawner of its own that waits for one (see [`Spare`]); `None` if none waits.
+    pub fn finish(&self, job: Arc<Lender>, spare: Option<&Spare>) -> Option<Arc<Lender>> {
+        // Acquire: see the last loan's return (its release CAS) before the token moves on.
+        if job.lending.load(Ordering::Acquire) & LENT == 0 {
+            // Not lent, and never lent again: only the job's own spawns and its stolen join
+            // halves borrow its token, and all of them are done once its body has returned.
+            // So no other thread reads or writes its lending word any more, and `FINISHED`,
+            // which only a loan's returner reads, need not be set: a leaf costs no RMW here.
+            chaos::point();
+            return self.give_back(job, spare);
+        }
         // AcqRel: pairs with the loan's return (exactly one of the two releases the token).
         let was = job.lending.fetch_or(FINISHED, Ordering::AcqRel);
         debug_assert_eq!(
@@ -519,15 +555,17 @@ impl TokenTable {
             return None;
         }
         chaos::point();
-        self.give_back(job)
+        self.give_back(job, spare)
     }
 
-    /// Passes the token of `job`, which holds it unlent and has finished, to where it came from.
-    fn give_back(&self, job: Arc<Lender>) -> Option<Arc<Lender>> {
+    /// Passes the token of `job`, which holds it unlent and has finished, to where it came from:
+    /// a pool token into `spare` if it wants one, else back to the pool.
+    fn give_back(&self, job: Arc<Lender>, spare: Option<&Spare>) -> Option<Arc<Lender>> {
         let mut job = job;
         loop {
             // Relaxed: the job's own admission, read by a thread that saw it run or finish.
             match job.admission.load(Ordering::Relaxed) {
+                POOL if spare.is_some_and(Spare::keep) => return None,
                 POOL => return self.release_pool(),
                 CREDIT => {
                     self.release_credit();
@@ -545,6 +583,15 @@ impl TokenTable {
                 LoanReturn::ParentFinished => job = unsafe { Arc::from_raw(parent) },
             }
         }
+    }
+
+    /// Admits `child`, which no other thread can see yet, on the pool token held in `spare`.
+    pub fn admit_spare(&self, child: &Lender, spare: &Spare) -> bool {
+        if !spare.held.replace(false) {
+            return false;
+        }
+        child.admit_unshared(POOL);
+        true
     }
 
     /// A credit token's chain has ended.

@@ -306,7 +306,7 @@ impl World {
     /// Job `h`'s body returned: gives its runner's reference to `finish` (as
     /// `Registry::finish_job` does) and makes runnable what that granted.
     fn finish(&self, h: Held) {
-        let granted = self.table.finish(h.lender);
+        let granted = self.table.finish(h.lender, None);
         self.granted(granted);
     }
 
@@ -368,7 +368,7 @@ impl World {
         }
         fresh.truncate(cap);
         for root in fresh {
-            assert!(self.table.finish(root).is_none(), "nobody waits");
+            assert!(self.table.finish(root, None).is_none(), "nobody waits");
         }
         assert_eq!(self.table.count().pool, 0);
     }
