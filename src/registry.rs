@@ -357,11 +357,7 @@ pub struct WorkerThread {
     registry: Arc<Registry>,
     /// The lender of the job this thread is running now; null between jobs.
     current: Cell<*const Lender>,
-    /// The job whose spawn waits for a token in `help_until_admitted` (null: none): a job that
-    /// finishes while it is current again, i.e. one that loop ran, keeps its pool token in
-    /// `spare` for it.
-    spare_for: Cell<*const Lender>,
-    /// The pool token kept for that spawn.
+    /// A token kept for the spawn waiting in `help_until_admitted`, from a job that loop ran.
     spare: Spare,
     /// State of the xorshift generator that picks the first victim to steal from.
     rng: Cell<u64>,
@@ -417,7 +413,9 @@ impl WorkerThread {
     #[inline]
     pub fn run_admitted(&self, lender: Arc<Lender>, body: impl FnOnce()) {
         self.with_current(Arc::as_ptr(&lender), body);
-        let wanted = self.spare_for.get();
+        // A job that `help_until_admitted` ran finishes with the spawning job current again;
+        // one that finishes deeper, with another job current, releases its token as usual.
+        let wanted = self.spare.for_job();
         let spare = (!wanted.is_null() && wanted == self.current.get()).then_some(&self.spare);
         self.registry.finish_job(lender, spare);
     }
@@ -428,7 +426,7 @@ impl WorkerThread {
     /// one of them left in `spare` or by `try_admit`. Returns whether it was; `false` when the
     /// deque ran dry first.
     fn help_until_admitted<'a>(&self, lender: impl Fn() -> &'a Lender) -> bool {
-        let outer = self.spare_for.replace(self.current.get());
+        let outer = self.spare.want(self.current.get());
         let admitted = loop {
             let Some(ready) = self.pop() else {
                 break false;
@@ -436,16 +434,15 @@ impl WorkerThread {
             // SAFETY: jobs in the deque are alive and run once, on a worker of their pool.
             unsafe { ready.run() };
             let registry = &self.registry;
-            if registry.tokens.admit_spare(lender(), &self.spare) {
-                registry.note_admitted(lender(), Admission::Pool);
+            if let Some(how) = registry.tokens.admit_spare(lender(), &self.spare) {
+                registry.note_admitted(lender(), how);
                 break true;
             }
             if registry.try_admit(lender()) {
                 break true;
             }
         };
-        debug_assert!(!self.spare.is_held(), "a kept token is used at once");
-        self.spare_for.set(outer);
+        self.spare.restore(outer);
         admitted
     }
 
@@ -547,7 +544,6 @@ pub fn main_loop(seed: WorkerSeed, registry: Arc<Registry>, on_start: impl FnOnc
         index: seed.index,
         registry,
         current: Cell::new(ptr::null()),
-        spare_for: Cell::new(ptr::null()),
         spare: Spare::default(),
         rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ (seed.index as u64 + 1).wrapping_mul(0xA24B_AED4)),
     };

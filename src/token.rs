@@ -57,7 +57,7 @@
 //! Jobs of different pools are never linked: a call from a job of another pool starts a root
 //! here. Deadlock freedom (B3), within a pool and across pools, is proved in `docs/design.md`.
 
-use std::cell::UnsafeCell;
+use std::cell::{Cell, UnsafeCell};
 use std::ptr;
 
 use crossbeam_utils::CachePadded;
@@ -308,27 +308,61 @@ fn decode(admission: u8) -> Option<Admission> {
     }
 }
 
-/// A place on one thread for one pool token, kept for a spawner of that thread that waits for
-/// admission (in `Registry::admit`'s help-first loop): a job that finishes on the thread hands
-/// its pool token straight to it instead of releasing it to the pool and the spawner taking it
-/// back, which costs a shared RMW and a fence each way. Plain cells: only the owning thread
-/// touches it. The token stays in use the whole time, so no other waiter can miss it.
-#[derive(Default)]
+/// A place on one worker thread for one token, kept for a spawner of that thread that waits
+/// for admission (in `Registry::admit`'s help-first loop). A job that the loop runs and that
+/// finishes hands its token straight to the spawn: a pool token instead of releasing it to the
+/// pool (where the spawner would take it back: a shared RMW and a fence each way), and a loan
+/// of the spawning job's own token instead of returning it (rule 3 passes it on anyway: a CAS
+/// on the lending word each way). The token stays in use, and the loan stays `LENT`, the whole
+/// time, so no other thread can miss or take it. Plain cells: only the owning thread touches it.
 pub struct Spare {
-    held: std::cell::Cell<bool>,
+    /// The job whose spawn waits for a token; null when none does.
+    for_job: Cell<*const Lender>,
+    /// What is kept for it: `PENDING` (nothing), `LOAN` (its own token) or `POOL`.
+    held: Cell<u8>,
+}
+
+impl Default for Spare {
+    fn default() -> Self {
+        Spare {
+            for_job: Cell::new(ptr::null()),
+            held: Cell::new(PENDING),
+        }
+    }
 }
 
 impl Spare {
-    /// Keeps a released pool token if none is kept yet.
+    /// From now on, keeps a token for a spawn of `job`. Returns the job it was kept for before
+    /// (loops nest: the caller restores it with [`Spare::restore`]).
     #[inline]
-    fn keep(&self) -> bool {
-        !self.held.replace(true)
+    pub fn want(&self, job: *const Lender) -> *const Lender {
+        debug_assert_eq!(self.held.get(), PENDING);
+        self.for_job.replace(job)
     }
 
-    /// Whether a token is kept.
+    /// Keeps tokens for `job` again (the value [`Spare::want`] returned).
     #[inline]
-    pub fn is_held(&self) -> bool {
-        self.held.get()
+    pub fn restore(&self, job: *const Lender) {
+        debug_assert_eq!(self.held.get(), PENDING, "a kept token is used at once");
+        self.for_job.set(job);
+    }
+
+    /// The job a token is kept for, if any.
+    #[inline]
+    pub fn for_job(&self) -> *const Lender {
+        self.for_job.get()
+    }
+
+    /// Keeps the token of a finished job, admitted as `how` with parent `parent`, if it can go
+    /// to the waiting spawn: any pool token, or a loan of the spawning job's own token.
+    #[inline]
+    fn keep(&self, how: u8, parent: *const Lender) -> bool {
+        let fits = how == POOL || (how == LOAN && parent == self.for_job.get());
+        if !fits || self.held.get() != PENDING {
+            return false;
+        }
+        self.held.set(how);
+        true
     }
 }
 
@@ -528,7 +562,7 @@ impl TokenTable {
     /// until the loan returns, rule 4, and `job`'s reference goes with the loan). Returns the
     /// waiting job that received the token, if any.
     ///
-    /// `spare`: where the calling thread may keep a pool token instead of releasing it, for a
+    /// `spare`: where the calling thread may keep the token instead of releasing it, for a
     /// spawner of its own that waits for one (see [`Spare`]); `None` if none waits.
     pub fn finish(&self, job: Arc<Lender>, spare: Option<&Spare>) -> Option<Arc<Lender>> {
         // Acquire: see the last loan's return (its release CAS) before the token moves on.
@@ -558,14 +592,16 @@ impl TokenTable {
         self.give_back(job, spare)
     }
 
-    /// Passes the token of `job`, which holds it unlent and has finished, to where it came from:
-    /// a pool token into `spare` if it wants one, else back to the pool.
+    /// Passes the token of `job`, which holds it unlent and has finished, to where it came from,
+    /// or into `spare` if it can go to the spawn waiting there.
     fn give_back(&self, job: Arc<Lender>, spare: Option<&Spare>) -> Option<Arc<Lender>> {
         let mut job = job;
         loop {
             // Relaxed: the job's own admission, read by a thread that saw it run or finish.
             match job.admission.load(Ordering::Relaxed) {
-                POOL if spare.is_some_and(Spare::keep) => return None,
+                how @ (POOL | LOAN) if spare.is_some_and(|s| s.keep(how, job.parent)) => {
+                    return None
+                }
                 POOL => return self.release_pool(),
                 CREDIT => {
                     self.release_credit();
@@ -585,13 +621,14 @@ impl TokenTable {
         }
     }
 
-    /// Admits `child`, which no other thread can see yet, on the pool token held in `spare`.
-    pub fn admit_spare(&self, child: &Lender, spare: &Spare) -> bool {
-        if !spare.held.replace(false) {
-            return false;
-        }
-        child.admit_unshared(POOL);
-        true
+    /// Admits `child`, a child of [`Spare::for_job`] that no other thread can see yet, on the
+    /// token kept in `spare`, if any.
+    pub fn admit_spare(&self, child: &Lender, spare: &Spare) -> Option<Admission> {
+        let how = spare.held.replace(PENDING);
+        let admission = decode(how)?;
+        debug_assert_eq!(child.parent, spare.for_job.get());
+        child.admit_unshared(how);
+        Some(admission)
     }
 
     /// A credit token's chain has ended.
