@@ -20,8 +20,7 @@ use std::panic::{self, AssertUnwindSafe};
 
 use crate::latch::{CountLatch, Latch, WakeTarget};
 use crate::registry::{Registry, WorkerThread};
-use crate::sync::Arc;
-use crate::token::Lender;
+use crate::token::{Lender, LenderRef};
 
 /// A pointer to a job and the function that runs it. Pushed to deques; runs exactly once.
 #[derive(Clone, Copy, Debug)]
@@ -137,10 +136,15 @@ impl<T> JobResult<T> {
     }
 }
 
-/// A spawned job, admitted before it is pushed.
+/// A spawned job, admitted before it is pushed. One allocation holds the job and its lender,
+/// and lives as long as the lender's last reference (a parked token can outlive the run).
+#[repr(C)]
 pub struct HeapJob<F> {
-    lender: Arc<Lender>,
-    body: F,
+    /// The first field, so that the job's address is its lender's: the lender's `free` frees
+    /// the whole job. The count starts at one: the runner's reference, taken in `run`.
+    lender: Lender,
+    /// Taken by the run; `None` after it.
+    body: UnsafeCell<Option<F>>,
     /// The scope's latch to count down once the job's token is released; null when detached.
     scope: *const CountLatch,
 }
@@ -148,19 +152,20 @@ pub struct HeapJob<F> {
 impl<F: FnOnce() + Send> HeapJob<F> {
     /// A job that runs `body` (which must not unwind) as the job of `lender`, then counts down
     /// `scope` if not null.
-    pub fn new(lender: Arc<Lender>, body: F, scope: *const CountLatch) -> Box<Self> {
+    pub fn new(lender: Lender, body: F, scope: *const CountLatch) -> Box<Self> {
         Box::new(HeapJob {
-            lender,
-            body,
+            lender: lender.embedded(Self::free),
+            body: UnsafeCell::new(Some(body)),
             scope,
         })
     }
 
     /// Admits the job into `registry` and makes it runnable (see [`Registry::admit`]).
     pub fn admit(self: Box<Self>, registry: &Registry) {
-        let lender: *const Arc<Lender> = &self.lender;
-        // SAFETY: the lender lives in the boxed job, which stays put until it runs, and `admit`
-        // does not dereference it once the job is runnable.
+        let lender: *const Lender = &self.lender;
+        // SAFETY: the lender lives in the boxed job, which stays put until it runs and is freed
+        // only with its last reference, and `admit` does not dereference it once the job is
+        // runnable.
         unsafe { registry.admit(lender, self.into_job_ref()) };
     }
 
@@ -174,7 +179,7 @@ impl<F: FnOnce() + Send> HeapJob<F> {
         Ok(())
     }
 
-    /// Erases the job's type. The job is freed when run.
+    /// Erases the job's type. The job is freed with its lender's last reference.
     fn into_job_ref(self: Box<Self>) -> JobRef {
         JobRef {
             data: Box::into_raw(self) as *const (),
@@ -183,24 +188,37 @@ impl<F: FnOnce() + Send> HeapJob<F> {
     }
 
     unsafe fn run(data: *const ()) {
-        // SAFETY: `data` came from `Box::into_raw` in `into_job_ref` and runs once.
-        let job = unsafe { Box::from_raw(data as *mut Self) };
-        let HeapJob {
-            lender,
-            body,
-            scope,
-        } = *job;
+        let this = data as *const Self;
+        // SAFETY: `data` came from `Box::into_raw` in `into_job_ref`; the job runs once, and
+        // only its run touches the body.
+        let (body, scope) = unsafe { ((*(*this).body.get()).take(), (*this).scope) };
+        let body = body.expect("a job runs once");
+        // SAFETY: the job's lender is its first field (`repr(C)`), and its count's first
+        // reference, the runner's, is taken over here, once.
+        let lender = unsafe { LenderRef::from_raw(this as *const Lender) };
         // SAFETY: jobs run only on worker threads.
         let worker = unsafe { WorkerThread::current_unchecked() };
+        // The job may be freed inside (its token released and no other reference left): it is
+        // not touched after this.
         worker.run_admitted(lender, body);
         if !scope.is_null() {
             // SAFETY: the scope waits for this count before it returns, so the latch is alive.
             unsafe { CountLatch::decrement(scope, worker.registry()) };
         }
     }
+
+    /// The lender's `free`: frees the job.
+    ///
+    /// # Safety
+    /// `lender` is the lender of a `HeapJob<F>` made by `new` and boxed, and no reference to it
+    /// is left.
+    unsafe fn free(lender: *const Lender) {
+        // SAFETY: the caller's contract; the job's address is its lender's.
+        drop(unsafe { Box::from_raw(lender as *mut Self) });
+    }
 }
 
-// SAFETY: the closure is Send; the lender is an `Arc` of a Sync type; `scope` points to a
+// SAFETY: the closure is Send; the lender is Send and Sync; `scope` points to a
 // `CountLatch` (Sync: an atomic and an index) that the scope keeps alive until the job ran.
 unsafe impl<F: Send> Send for HeapJob<F> {}
 
@@ -216,14 +234,14 @@ pub trait Deferred: Send {
 impl<F: FnOnce() + Send> Deferred for HeapJob<F> {
     fn admit_as_child(mut self: Box<Self>, registry: &Registry) {
         // The lender made on the other pool's worker was a root and was never shared.
-        self.lender = registry.new_lender();
+        self.lender = registry.new_lender().embedded(Self::free);
         self.admit(registry);
     }
 }
 
 /// A job another thread waits for, on that thread's stack.
 pub struct RootJob<F, R> {
-    lender: Arc<Lender>,
+    lender: LenderRef,
     func: UnsafeCell<Option<F>>,
     result: UnsafeCell<JobResult<R>>,
     /// Set once the job has run and released its token.
@@ -232,7 +250,7 @@ pub struct RootJob<F, R> {
 
 impl<F: FnOnce() -> R + Send, R: Send> RootJob<F, R> {
     /// A job that runs `func` as the job of `lender` and sets a latch that wakes `waiter`.
-    pub fn new(lender: Arc<Lender>, func: F, waiter: WakeTarget) -> Self {
+    pub fn new(lender: LenderRef, func: F, waiter: WakeTarget) -> Self {
         RootJob {
             lender,
             func: UnsafeCell::new(Some(func)),
@@ -332,7 +350,7 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
         // it must be admitted like any job, or go back to the joiner unrun (B3, B5).
         let registry = worker.registry();
         // SAFETY: the joiner's job is alive while the joiner waits for this job.
-        let lender = Arc::new(unsafe { registry.new_child(job.parent) });
+        let lender = LenderRef::new(unsafe { registry.new_child(job.parent) });
         if !registry.try_admit(&lender) {
             // No token: the joiner runs `b` inline when it sees this.
             registry.note_handed_back();

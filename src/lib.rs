@@ -83,5 +83,5 @@ pub struct ReadmeDoctests;
 pub mod __loom {
     pub use crate::sleep::Sleep;
     pub use crate::sync::Arc;
-    pub use crate::token::{Admission, Lender, Registration, TokenTable};
+    pub use crate::token::{live_lenders, Admission, Lender, LenderRef, Registration, TokenTable};
 }

@@ -14,6 +14,7 @@ use crate::registry::{wait_on, Registry, WorkerThread};
 use crate::scope::{scope_in_worker, Scope};
 use crate::stats::Stats;
 use crate::sync::Arc;
+use crate::token::LenderRef;
 
 /// A work-stealing pool whose jobs are admitted through a lending token table.
 ///
@@ -147,7 +148,7 @@ where
     OP: FnOnce() -> R + Send,
     R: Send,
 {
-    let lender = registry.new_lender();
+    let lender = LenderRef::new(registry.new_lender());
     let waiter = registry.waker_for(here);
     let job = RootJob::new(lender.clone(), op, waiter);
     // SAFETY: `job` stays on this frame until its latch is set, which `wait_on` waits for.
@@ -155,7 +156,7 @@ where
     match here {
         Some(_) => registry.admit_on_credit(&lender, job_ref),
         // SAFETY: `lender` lives on this frame for the whole call.
-        None => unsafe { registry.admit(&lender, job_ref) },
+        None => unsafe { registry.admit(LenderRef::as_ptr(&lender), job_ref) },
     }
     wait_on(here, || job.latch.probe());
     job.into_value()

@@ -20,7 +20,7 @@ use crate::latch::WakeTarget;
 use crate::sleep::Sleep;
 use crate::stats::{Counter, Counters, Stats};
 use crate::sync::{thread, Arc, AtomicBool, Ordering};
-use crate::token::{Admission, Lender, Registration, Spare, TokenTable};
+use crate::token::{Admission, Lender, LenderRef, Registration, Spare, TokenTable};
 
 /// A panic handler for detached jobs.
 pub type PanicHandler = Box<dyn Fn(Box<dyn std::any::Any + Send>) + Send + Sync>;
@@ -122,12 +122,12 @@ impl Registry {
     /// calling thread's current job when it is a worker of this pool, else a root (jobs of
     /// different pools are never linked).
     #[inline]
-    pub fn new_lender(&self) -> Arc<Lender> {
+    pub fn new_lender(&self) -> Lender {
         let parent = WorkerThread::current()
             .filter(|w| w.registry.id == self.id)
             .map(WorkerThread::current_ptr);
         // SAFETY: a thread's current job is alive while it runs there (null between jobs).
-        Arc::new(unsafe { self.new_child(parent.unwrap_or(ptr::null())) })
+        unsafe { self.new_child(parent.unwrap_or(ptr::null())) }
     }
 
     /// The state of a job of this pool whose parent is `parent` (a root if null).
@@ -172,7 +172,7 @@ impl Registry {
     /// `lender` points to a live `Arc` that stays put until `job` is runnable; it may live
     /// inside `job`, so it is not dereferenced once the job can run (a reference would have to
     /// stay valid for the whole call). Admission then costs no reference-count traffic on it.
-    pub unsafe fn admit(&self, lender: *const Arc<Lender>, job: JobRef) {
+    pub unsafe fn admit(&self, lender: *const Lender, job: JobRef) {
         // SAFETY: `lender` is valid until `job` is runnable (caller's contract); the reference
         // lives for this call only, which makes nothing runnable.
         if self.try_admit(unsafe { &*lender }) {
@@ -192,7 +192,7 @@ impl Registry {
         }
         // From here on the job may run and free the lender it holds: take a reference.
         // SAFETY: as above.
-        let lender = &unsafe { (*lender).clone() };
+        let lender = &unsafe { LenderRef::clone_raw(lender) };
         let crossing = here.is_some() && own.is_none();
         // SAFETY: the lender is not registered anywhere yet.
         unsafe {
@@ -228,7 +228,7 @@ impl Registry {
     /// The job of `lender` has finished: it is no longer in flight, and its token moves on (a
     /// pool token into `spare`, if given and free, for a spawner of the calling thread).
     #[inline]
-    pub fn finish_job(&self, lender: Arc<Lender>, spare: Option<&Spare>) {
+    pub fn finish_job(&self, lender: LenderRef, spare: Option<&Spare>) {
         self.counters.job_finished();
         if let Some(child) = self.tokens.finish(lender, spare) {
             self.start_granted(child);
@@ -272,7 +272,7 @@ impl Registry {
 
     /// A waiting job was granted a token by this thread: count it, make it runnable, and wake
     /// the thread waiting in its spawn call.
-    fn start_granted(&self, child: Arc<Lender>) {
+    fn start_granted(&self, child: LenderRef) {
         let how = child.admission().expect("a granted job is admitted");
         self.note_admitted(&child, how);
         // SAFETY: this thread's grant won the child's admission, so the ticket is ours.
@@ -411,8 +411,8 @@ impl WorkerThread {
 
     /// Runs an admitted job's `body` (which must not unwind), then finishes the job.
     #[inline]
-    pub fn run_admitted(&self, lender: Arc<Lender>, body: impl FnOnce()) {
-        self.with_current(Arc::as_ptr(&lender), body);
+    pub fn run_admitted(&self, lender: LenderRef, body: impl FnOnce()) {
+        self.with_current(LenderRef::as_ptr(&lender), body);
         // A job that `help_until_admitted` ran finishes with the spawning job current again;
         // one that finishes deeper, with another job current, releases its token as usual.
         let wanted = self.spare.for_job();

@@ -155,6 +155,9 @@ impl Counters {
     /// A snapshot, with the token figures read off the token table.
     pub fn snapshot(&self, tokens: &TokenTable) -> Stats {
         let now = tokens.count();
+        // The executing peak before the credit peak: see `TokenTable::note_admission`.
+        let peak_executing = tokens.peak_executing().max(now.pool + now.credit);
+        let peak_calls_in = tokens.peak_credit().max(now.credit);
         let sum = |c: Counter| -> u64 {
             self.per_thread
                 .iter()
@@ -171,10 +174,10 @@ impl Counters {
             inflight,
             peak_inflight: load(&self.flight.peak_inflight),
             executing: now.pool + now.credit,
-            peak_executing: tokens.peak_executing().max(now.pool + now.credit),
+            peak_executing,
             tokens_in_use: now.pool,
             calls_in: now.credit,
-            peak_calls_in: tokens.peak_credit().max(now.credit),
+            peak_calls_in,
             peak_depth: load(&self.flight.peak_depth),
             admitted_on_loan: sum(Counter::AdmittedOnLoan),
             admitted_from_pool: sum(Counter::AdmittedFromPool),

@@ -64,7 +64,8 @@ use crossbeam_utils::CachePadded;
 
 use crate::chaos;
 use crate::job::Ticket;
-use crate::sync::{fence, Arc, AtomicU64, AtomicU8, AtomicUsize, Ordering, WaiterQueue};
+use crate::sync::{fence, AtomicU64, AtomicU8, AtomicUsize, Ordering, WaiterQueue};
+use std::ptr::NonNull;
 
 /// The lending word's bit: the token is out on loan to a child.
 const LENT: usize = 0b01;
@@ -116,12 +117,18 @@ pub struct Lender {
     parent: *const Lender,
     /// Root = 1, child = parent + 1.
     level: usize,
+    /// Counted references ([`LenderRef`]): the job's runner, and the queue entry, borrower slot
+    /// or parked loan that holds it.
+    refs: AtomicUsize,
+    /// Frees the allocation the lender lives in once the last reference is gone: a box of its
+    /// own, or the spawned job it is embedded in ([`LenderRef::from_embedded`]).
+    free: unsafe fn(*const Lender),
     /// What the granter makes runnable: written before the job is registered as a waiter, taken
     /// by the one thread whose compare-and-swap admitted it.
     ticket: UnsafeCell<Option<Ticket>>,
 }
 
-// SAFETY: every field but `ticket` and `parent` is Sync. `ticket` is written only by the
+// SAFETY: every field but `ticket`, `parent` and `free` is Sync (`free` is a plain function). `ticket` is written only by the
 // spawning thread before the lender is shared as a waiter, and read only by the single thread
 // that wins the `admission` compare-and-swap; the queue push / CAS that publish the lender
 // order the two. `parent` is immutable and points to a `Lender`, which is Sync.
@@ -140,8 +147,18 @@ impl Lender {
             admission: AtomicU8::new(PENDING),
             level: parent.map_or(1, |p| p.level + 1),
             parent: parent.map_or(ptr::null(), |p| p as *const Lender),
+            refs: AtomicUsize::new(1),
+            free: free_boxed,
             ticket: UnsafeCell::new(None),
         }
+    }
+
+    /// The same lender, to be embedded in a bigger allocation that `free` frees once the last
+    /// reference is gone (the first reference is implicit: the count starts at one, taken over
+    /// with [`LenderRef::from_raw`]).
+    pub fn embedded(mut self, free: unsafe fn(*const Lender)) -> Self {
+        self.free = free;
+        self
     }
 
     /// The job's level: root = 1.
@@ -231,10 +248,10 @@ impl Lender {
     ///
     /// The job is running (its own thread is spawning `child`), so it has not finished, and no
     /// other child of it waits.
-    fn register_borrower(&self, child: &Arc<Lender>) -> bool {
+    fn register_borrower(&self, child: &LenderRef) -> bool {
         // The slot's reference is counted *before* the CAS publishes the child: from then on the
         // loan's returner may take the child out of the slot, admit it, and drop that reference.
-        let counted = Arc::into_raw(child.clone()) as usize;
+        let counted = LenderRef::into_raw(child.clone()) as usize;
         // Relaxed first read: the CAS below decides.
         let mut s = self.lending.load(Ordering::Relaxed);
         loop {
@@ -257,15 +274,15 @@ impl Lender {
             return false; // registered: the slot owns `counted`
         }
         // SAFETY: `counted` came from `Arc::into_raw` above and was not published.
-        drop(unsafe { Arc::from_raw(counted as *const Lender) });
+        drop(unsafe { LenderRef::from_raw(counted as *const Lender) });
         let won = child.grant(LOAN);
         debug_assert!(won, "an unregistered child is granted by nobody else");
         true
     }
 
     /// Removes `child` from this job's borrower slot if it is still there.
-    fn withdraw_borrower(&self, child: &Arc<Lender>) {
-        let me = Arc::as_ptr(child) as usize;
+    fn withdraw_borrower(&self, child: &LenderRef) {
+        let me = LenderRef::as_ptr(child) as usize;
         // Relaxed first read: the CAS below decides.
         let mut s = self.lending.load(Ordering::Relaxed);
         while s & !FLAGS == me {
@@ -280,12 +297,149 @@ impl Lender {
                     chaos::point();
                     // SAFETY: the slot held the reference counted in `register_borrower`, and
                     // clearing it made this thread its only owner.
-                    drop(unsafe { Arc::from_raw(me as *const Lender) });
+                    drop(unsafe { LenderRef::from_raw(me as *const Lender) });
                     return;
                 }
                 Err(now) => s = now,
             }
         }
+    }
+}
+
+/// A counted reference to a [`Lender`], like `Arc<Lender>` but with the count in the lender
+/// itself, so that a lender can live inside a spawned job's own allocation (one allocation per
+/// spawn). The allocation is freed by the lender's `free` function when the last reference goes.
+pub struct LenderRef {
+    ptr: NonNull<Lender>,
+}
+
+// SAFETY: a `LenderRef` is a counted shared reference to a `Lender`, which is Send and Sync; the
+// count is atomic and the last owner frees, as with `Arc`.
+unsafe impl Send for LenderRef {}
+// SAFETY: as above.
+unsafe impl Sync for LenderRef {}
+
+#[cfg(loom)]
+std::thread_local! {
+    /// Lenders alive in an allocation of their own, counted in loom builds only (per OS thread:
+    /// loom runs a model's threads on the test's own thread, and tests run in parallel).
+    static LIVE_LENDERS: Cell<isize> = const { Cell::new(0) };
+}
+
+/// The number of lenders alive in an allocation of their own made on this OS thread, in loom
+/// builds: the models check at the end of every execution that it is back where it started (a
+/// leaked reference: a parked token never released, a slot's reference never dropped).
+#[cfg(loom)]
+pub fn live_lenders() -> isize {
+    LIVE_LENDERS.with(Cell::get)
+}
+
+/// Frees a lender made by [`LenderRef::new`].
+///
+/// # Safety
+/// `lender` came from `Box::into_raw` in `LenderRef::new`, and no reference to it is left.
+unsafe fn free_boxed(lender: *const Lender) {
+    #[cfg(loom)]
+    LIVE_LENDERS.with(|n| n.set(n.get() - 1));
+    // SAFETY: the caller's contract.
+    drop(unsafe { Box::from_raw(lender as *mut Lender) });
+}
+
+impl LenderRef {
+    /// The first reference to `lender`, in an allocation of its own.
+    pub fn new(lender: Lender) -> Self {
+        #[cfg(loom)]
+        LIVE_LENDERS.with(|n| n.set(n.get() + 1));
+        let ptr = Box::into_raw(Box::new(lender));
+        // SAFETY: `Box::into_raw` never returns null.
+        LenderRef {
+            ptr: unsafe { NonNull::new_unchecked(ptr) },
+        }
+    }
+
+    /// The address of the lender.
+    #[inline]
+    pub fn as_ptr(this: &Self) -> *const Lender {
+        this.ptr.as_ptr()
+    }
+
+    /// Gives up the reference without dropping it; [`LenderRef::from_raw`] takes it back.
+    #[inline]
+    pub fn into_raw(this: Self) -> *const Lender {
+        let ptr = this.ptr.as_ptr();
+        std::mem::forget(this);
+        ptr
+    }
+
+    /// Takes back a reference given up by [`LenderRef::into_raw`] (or the implicit first one of
+    /// an embedded lender, [`Lender::embedded`]).
+    ///
+    /// # Safety
+    /// `ptr` came from `into_raw` (or is such an embedded lender), and that reference is taken
+    /// back once.
+    #[inline]
+    pub unsafe fn from_raw(ptr: *const Lender) -> Self {
+        LenderRef {
+            // SAFETY: `into_raw` returned a non-null pointer.
+            ptr: unsafe { NonNull::new_unchecked(ptr as *mut Lender) },
+        }
+    }
+
+    /// A new counted reference to the lender at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` points to a lender that a counted reference keeps alive during the call.
+    #[inline]
+    pub unsafe fn clone_raw(ptr: *const Lender) -> Self {
+        // SAFETY: the caller's contract.
+        let borrowed = std::mem::ManuallyDrop::new(unsafe { LenderRef::from_raw(ptr) });
+        LenderRef::clone(&borrowed)
+    }
+
+    /// The number of counted references now (for the loom models' checks).
+    #[cfg(loom)]
+    pub fn ref_count(this: &Self) -> usize {
+        // Relaxed: a diagnostic.
+        this.refs.load(Ordering::Relaxed)
+    }
+}
+
+impl std::ops::Deref for LenderRef {
+    type Target = Lender;
+
+    #[inline]
+    fn deref(&self) -> &Lender {
+        // SAFETY: a counted reference keeps the lender alive.
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl Clone for LenderRef {
+    #[inline]
+    fn clone(&self) -> Self {
+        // Relaxed: a new reference is made from an existing one, which keeps the lender alive;
+        // as in `Arc::clone`, no ordering is needed to count it.
+        self.refs.fetch_add(1, Ordering::Relaxed);
+        LenderRef { ptr: self.ptr }
+    }
+}
+
+impl Drop for LenderRef {
+    #[inline]
+    fn drop(&mut self) {
+        // The only reference (nobody can make another without one): free without an RMW.
+        // Acquire: the other references' drops (release) happen before the free.
+        if self.refs.load(Ordering::Acquire) != 1 {
+            // Release: this reference's uses happen before whoever frees.
+            if self.refs.fetch_sub(1, Ordering::Release) != 1 {
+                return;
+            }
+            // Acquire: pairs with the other drops' release, as in `Arc::drop`.
+            fence(Ordering::Acquire);
+        }
+        let free = self.free;
+        // SAFETY: this was the last reference; `free` frees the lender's allocation once.
+        unsafe { free(self.ptr.as_ptr()) }
     }
 }
 
@@ -373,7 +527,7 @@ pub enum Registration {
     /// The job waits; whoever grants it a token makes it runnable. The registration's re-check
     /// may have granted a token to some waiter (this job or another): the caller makes that one
     /// runnable.
-    Waiting(Option<Arc<Lender>>),
+    Waiting(Option<LenderRef>),
 }
 
 /// A snapshot of a table's tokens, read in one load.
@@ -398,7 +552,7 @@ pub struct TokenTable {
     peak_credit: AtomicUsize,
     /// Jobs waiting for a pool token, oldest first; entries already admitted by a loan are stale
     /// and skipped.
-    waiters: WaiterQueue<Arc<Lender>>,
+    waiters: WaiterQueue<LenderRef>,
     /// Entries of `waiters` admitted by a loan since the last purge (see `settle`).
     stale: AtomicUsize,
 }
@@ -437,8 +591,8 @@ impl TokenTable {
 
     /// The highest number of tokens in use at once, pool and credit together.
     pub fn peak_executing(&self) -> usize {
-        // Relaxed: a statistic.
-        self.peak_executing.load(Ordering::Relaxed)
+        // Acquire: pairs with `note_admission`'s release; read it before `peak_credit`.
+        self.peak_executing.load(Ordering::Acquire)
     }
 
     /// The highest number of credit tokens in use at once.
@@ -506,7 +660,7 @@ impl TokenTable {
 
     /// Registers `child`, which [`TokenTable::try_admit`] could not admit, to wait for whichever
     /// token frees first: its parent's (rule 2) or the pool's. Its ticket must be set.
-    pub fn register(&self, child: &Arc<Lender>) -> Registration {
+    pub fn register(&self, child: &LenderRef) -> Registration {
         if child.parent().is_some_and(|p| p.register_borrower(child)) {
             return Registration::Admitted;
         }
@@ -525,7 +679,7 @@ impl TokenTable {
     /// Stale entries leave the queue only when popped, which needs a pool token to be released;
     /// a job that holds the only token and spawns in a loop would pile them up without bound.
     /// So every `STALE_PURGE` of them the queue is purged, which may admit a waiter: returned.
-    pub fn settle(&self, child: &Arc<Lender>) -> Option<Arc<Lender>> {
+    pub fn settle(&self, child: &LenderRef) -> Option<LenderRef> {
         if let Some(parent) = child.parent() {
             parent.withdraw_borrower(child);
         }
@@ -543,7 +697,7 @@ impl TokenTable {
     /// Pops every entry of the pool queue, drops the stale ones and puts the live ones back,
     /// then re-checks for a free token as `register` does (a releaser may have found the queue
     /// empty meanwhile). Returns the waiter that re-check admitted, if any.
-    fn purge_stale(&self) -> Option<Arc<Lender>> {
+    fn purge_stale(&self) -> Option<LenderRef> {
         let mut live = Vec::new();
         while let Some(child) = self.waiters.pop() {
             if child.admission().is_none() {
@@ -564,7 +718,7 @@ impl TokenTable {
     ///
     /// `spare`: where the calling thread may keep the token instead of releasing it, for a
     /// spawner of its own that waits for one (see [`Spare`]); `None` if none waits.
-    pub fn finish(&self, job: Arc<Lender>, spare: Option<&Spare>) -> Option<Arc<Lender>> {
+    pub fn finish(&self, job: LenderRef, spare: Option<&Spare>) -> Option<LenderRef> {
         // Acquire: see the last loan's return (its release CAS) before the token moves on.
         if job.lending.load(Ordering::Acquire) & LENT == 0 {
             // Not lent, and never lent again: only the job's own spawns and its stolen join
@@ -585,7 +739,7 @@ impl TokenTable {
             // Parked: from here on the loan's returner may free the lender at any moment, so it
             // is not touched again; whoever sees the loan come back to a finished lender takes
             // this reference over (`give_back`).
-            let _ = Arc::into_raw(job);
+            let _ = LenderRef::into_raw(job);
             return None;
         }
         chaos::point();
@@ -594,7 +748,7 @@ impl TokenTable {
 
     /// Passes the token of `job`, which holds it unlent and has finished, to where it came from,
     /// or into `spare` if it can go to the spawn waiting there.
-    fn give_back(&self, job: Arc<Lender>, spare: Option<&Spare>) -> Option<Arc<Lender>> {
+    fn give_back(&self, job: LenderRef, spare: Option<&Spare>) -> Option<LenderRef> {
         let mut job = job;
         loop {
             // Relaxed: the job's own admission, read by a thread that saw it run or finish.
@@ -616,7 +770,7 @@ impl TokenTable {
                 LoanReturn::Kept => return None,
                 // SAFETY: the parent finished while lending and left its reference with the
                 // loan (see `finish`); the loan came back to this thread, so the reference is ours.
-                LoanReturn::ParentFinished => job = unsafe { Arc::from_raw(parent) },
+                LoanReturn::ParentFinished => job = unsafe { LenderRef::from_raw(parent) },
             }
         }
     }
@@ -638,7 +792,7 @@ impl TokenTable {
     }
 
     /// A pool token comes back: straight to the first live waiter, else counted free.
-    pub fn release_pool(&self) -> Option<Arc<Lender>> {
+    pub fn release_pool(&self) -> Option<LenderRef> {
         if let Some(child) = self.grant_first_waiter() {
             return Some(child);
         }
@@ -653,7 +807,7 @@ impl TokenTable {
     /// the other side's load sees the first side's write. The queue's own loads need no
     /// particular ordering for this. If a waiter turns up, takes a free token back for it (as
     /// `pump` does).
-    fn count_free_and_recheck(&self) -> Option<Arc<Lender>> {
+    fn count_free_and_recheck(&self) -> Option<LenderRef> {
         loop {
             // SeqCst: part of the handshake described above (the fence does the ordering; the
             // increment is SeqCst like every other access to the free count in the handshake).
@@ -671,7 +825,7 @@ impl TokenTable {
     }
 
     /// While a token is free and someone waits, hands one over. Returns the job admitted.
-    fn pump(&self) -> Option<Arc<Lender>> {
+    fn pump(&self) -> Option<LenderRef> {
         if !self.try_pool() {
             return None; // no free token: its holder will pump when it releases it
         }
@@ -681,7 +835,7 @@ impl TokenTable {
 
     /// Grants the held pool token to the oldest waiter still pending, skipping stale entries.
     #[inline]
-    fn grant_first_waiter(&self) -> Option<Arc<Lender>> {
+    fn grant_first_waiter(&self) -> Option<LenderRef> {
         // `is_empty` first: a pop of an empty queue costs a fence.
         if self.waiters.is_empty() {
             return None;
@@ -698,26 +852,34 @@ impl TokenTable {
     #[inline]
     fn note_admission(&self, word: u64) {
         let now = self.decode(word);
-        raise(&self.peak_executing, now.pool + now.credit);
+        // The credit peak first, and the executing peak with release: a snapshot that reads the
+        // executing peak (acquire) then sees a credit peak at least as high as the credits
+        // counted in it, so `peak_executing <= cap + peak_calls_in` holds in every snapshot.
         if now.credit > 0 {
-            raise(&self.peak_credit, now.credit);
+            raise(&self.peak_credit, now.credit, Ordering::Relaxed);
         }
+        raise(
+            &self.peak_executing,
+            now.pool + now.credit,
+            Ordering::Release,
+        );
     }
 }
 
-/// Raises `peak` to `value`; reads first so the common case writes nothing.
+/// Raises `peak` to `value` with ordering `order`; reads first so the common case writes
+/// nothing (a peak already at `value` was raised by a write that published as much).
 #[inline]
-fn raise(peak: &AtomicUsize, value: usize) {
-    // Relaxed: a statistic; fetch_max keeps it exact.
+fn raise(peak: &AtomicUsize, value: usize, order: Ordering) {
+    // Relaxed read: fetch_max below keeps the peak exact.
     if value > peak.load(Ordering::Relaxed) {
-        peak.fetch_max(value, Ordering::Relaxed);
+        peak.fetch_max(value, order);
     }
 }
 
 /// What became of a loan that came back to its lender.
 enum LoanReturn {
     /// Passed straight to the lender's waiting child (rule 3).
-    Passed(Arc<Lender>),
+    Passed(LenderRef),
     /// Back with the lender, which is still running.
     Kept,
     /// The lender had finished: its parked token moves on (rule 4).
@@ -745,7 +907,7 @@ fn return_loan(parent: &Lender) -> LoanReturn {
                     chaos::point();
                     // SAFETY: the slot owned one reference (see `register_borrower`), and the
                     // CAS above moved it to this thread.
-                    let child = unsafe { Arc::from_raw(borrower) };
+                    let child = unsafe { LenderRef::from_raw(borrower) };
                     if child.grant(LOAN) {
                         return LoanReturn::Passed(child);
                     }

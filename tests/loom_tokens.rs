@@ -45,7 +45,7 @@
 //!
 //! # Lifetimes: the models free lenders when the code does
 //!
-//! No model keeps a lender alive that the pool would not. Each job's `Arc<Lender>` (a [`Held`])
+//! No model keeps a lender alive that the pool would not. Each job's `LenderRef` (a [`Held`])
 //! is owned by whoever runs the job, the thread that plays its spawner and finisher, and is
 //! passed *by value* to `finish`, as `Registry::finish_job` does; the references the table takes
 //! (the borrower slot's, the queue's, a parked parent's) are the table's own. A child refers to
@@ -55,18 +55,15 @@
 //! grant), never a reference.
 //!
 //! What sees a lifetime bug:
-//! * *Loom's own `Arc`* (it wraps a real `std::sync::Arc`, plus a reference count in loom's
-//!   execution table): its leak check fails an execution that ends with a reference not given
-//!   back ("Arc leaked": a parked token never released, a slot's reference never dropped); an
-//!   `Arc::from_raw` of a lender already freed panics ("no entry found for key": loom looks the
-//!   address up in its table of live `Arc`s); a drop too many panics ("Arc is already
-//!   released"). But loom takes clones and drops of one `Arc` as commuting (a clone is dependent
-//!   only with an inspection of the count), so it would never run another thread between the
-//!   compare-and-swap that publishes a reference and a clone that counts it too late. So a
-//!   granter inspects the count of what it was granted (`Arc::strong_count`, in
-//!   [`World::granted`]): it must be at least 2, the grant's reference and the job's own, which
-//!   the job keeps until it has run, and it runs only once its granter made it runnable (as
-//!   `Registry::start_granted` pushes a granted job's `JobRef`).
+//! * *The lender's own reference count* (`Lender::refs`, a loom atomic): loom interleaves every
+//!   clone and drop, so it runs other threads between the compare-and-swap that publishes a
+//!   reference and a clone that counts it too late. A granter also inspects the count of what it
+//!   was granted (`LenderRef::ref_count`, in [`World::granted`]): it must be at least 2, the
+//!   grant's reference and the job's own, which the job keeps until it has run, and it runs only
+//!   once its granter made it runnable (as `Registry::start_granted` pushes a granted job's
+//!   `JobRef`). The model runner (`tests/common/loom_model.rs`) fails an execution that ends with
+//!   a lender still alive (`live_lenders`: a parked token never released, a slot's reference
+//!   never dropped).
 //! * *The table's `debug_assert!`s*, such as "a job finished with a child waiting for its loan"
 //!   or "a lender dropped with a borrower registered".
 //! * *AddressSanitizer*: a freed lender's memory is really freed, but loom's atomics keep their
@@ -111,13 +108,13 @@ mod loom_model;
 use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use loom::thread;
 use loom_model::model;
-use treepool::__loom::{Admission, Arc, Lender, Registration, TokenTable};
+use treepool::__loom::{Admission, Arc, Lender, LenderRef, Registration, TokenTable};
 
 /// A job's lender as its runner holds it: the reference the runner gives to `finish`.
 struct Held {
     /// The job's index in [`World::jobs`].
     i: usize,
-    lender: Arc<Lender>,
+    lender: LenderRef,
 }
 
 /// The address of a running job's lender, so that another thread can make a child of it (the
@@ -131,7 +128,7 @@ unsafe impl Send for ParentAddr {}
 
 impl Held {
     fn addr(&self) -> ParentAddr {
-        ParentAddr(Arc::as_ptr(&self.lender))
+        ParentAddr(LenderRef::as_ptr(&self.lender))
     }
 }
 
@@ -194,8 +191,8 @@ impl World {
         let expect = self.jobs[i].parent.map(|p| self.jobs[p].addr.load(Relaxed));
         let got = parent.map(|p| p as *const Lender as usize);
         assert_eq!(got, expect, "job {i} made with the wrong parent");
-        let lender = Arc::new(Lender::new(parent));
-        let addr = Arc::as_ptr(&lender) as usize;
+        let lender = LenderRef::new(Lender::new(parent));
+        let addr = LenderRef::as_ptr(&lender) as usize;
         // A job of the same address was freed: forget it, so that a grant maps to this one.
         for job in &self.jobs {
             let _ = job.addr.compare_exchange(addr, FREED, Relaxed, Relaxed);
@@ -226,9 +223,9 @@ impl World {
 
     /// A table call returned `granted`: the job it admitted, which the pool would make runnable.
     /// The reference is dropped here, as `Registry::start_granted` drops it.
-    fn granted(&self, granted: Option<Arc<Lender>>) {
+    fn granted(&self, granted: Option<LenderRef>) {
         let Some(granted) = granted else { return };
-        let addr = Arc::as_ptr(&granted) as usize;
+        let addr = LenderRef::as_ptr(&granted) as usize;
         let i = self
             .jobs
             .iter()
@@ -243,7 +240,7 @@ impl World {
         // inspection (which does not commute with either) it would never run a granter between
         // the compare-and-swap that publishes a reference and a clone that counts it too late.
         assert!(
-            Arc::strong_count(&granted) >= 2,
+            LenderRef::ref_count(&granted) >= 2,
             "granted job {i}'s reference is its only one"
         );
         self.admitted(i);
@@ -357,7 +354,9 @@ impl World {
             "peak executing"
         );
         assert!(self.table.peak_credit() <= credits, "peak credit");
-        let mut fresh: Vec<Arc<Lender>> = (0..=cap).map(|_| Arc::new(Lender::new(None))).collect();
+        let mut fresh: Vec<LenderRef> = (0..=cap)
+            .map(|_| LenderRef::new(Lender::new(None)))
+            .collect();
         for (k, root) in fresh.iter().enumerate() {
             let how = self.table.try_admit(root);
             if k < cap {

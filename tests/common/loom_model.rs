@@ -19,7 +19,15 @@ where
     let counter = executions.clone();
     builder.check(move || {
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Every lender made in the execution is freed by its end (loom's own leak check sees
+        // its `Arc`s only; lenders count their references themselves).
+        let before = treepool::__loom::live_lenders();
         f();
+        let after = treepool::__loom::live_lenders();
+        assert_eq!(
+            after, before,
+            "a lender leaked: a reference was never given back"
+        );
     });
     let executions = executions.load(std::sync::atomic::Ordering::Relaxed);
     println!("{executions} executions, preemption bound {preemptions:?}");
