@@ -464,8 +464,9 @@ fn decode(admission: u8) -> Option<Admission> {
 
 /// A place on one worker thread for one token, kept for a spawner of that thread that waits
 /// for admission (in `Registry::admit`'s help-first loop). A job that the loop runs and that
-/// finishes hands its token straight to the spawn: a pool token instead of releasing it to the
-/// pool (where the spawner would take it back: a shared RMW and a fence each way), and a loan
+/// finishes hands its token straight to the spawn: a pool token, when no other job waits in the
+/// pool queue, instead of releasing it to the pool (where the spawner would take it back: a
+/// shared RMW and a fence each way), and a loan
 /// of the spawning job's own token instead of returning it (rule 3 passes it on anyway: a CAS
 /// on the lending word each way). The token stays in use, and the loan stays `LENT`, the whole
 /// time, so no other thread can miss or take it. Plain cells: only the owning thread touches it.
@@ -753,7 +754,15 @@ impl TokenTable {
         loop {
             // Relaxed: the job's own admission, read by a thread that saw it run or finish.
             match job.admission.load(Ordering::Relaxed) {
-                how @ (POOL | LOAN) if spare.is_some_and(|s| s.keep(how, job.parent)) => {
+                // A pool token goes to the spare only while no job waits in the queue, which is
+                // first in line for it (else a spawning loop could starve a waiting root or a
+                // queued spawn from another pool for as long as it runs). A loan of the
+                // spawner's own token is its children's anyway (rule 3).
+                how @ (POOL | LOAN)
+                    if spare.is_some_and(|s| {
+                        (how == LOAN || self.waiters.is_empty()) && s.keep(how, job.parent)
+                    }) =>
+                {
                     return None
                 }
                 POOL => return self.release_pool(),
