@@ -162,11 +162,16 @@ impl<F: FnOnce() + Send> HeapJob<F> {
 
     /// Admits the job into `registry` and makes it runnable (see [`Registry::admit`]).
     pub fn admit(self: Box<Self>, registry: &Registry) {
-        let lender: *const Lender = &self.lender;
-        // SAFETY: the lender lives in the boxed job, which stays put until it runs and is freed
-        // only with its last reference, and `admit` does not dereference it once the job is
+        let job = self.into_job_ref();
+        // The lender's address is the job's (`repr(C)`, first field), taken from the job's raw
+        // pointer rather than from `&self.lender`: it must be valid for the whole job, which
+        // `free` releases through it, and it must not be a borrow of the box, which
+        // `into_job_ref` gives up.
+        let lender = job.data as *const Lender;
+        // SAFETY: the lender lives in the job, which stays put until it runs and is freed only
+        // with its last reference, and `admit` does not dereference it once the job is
         // runnable.
-        unsafe { registry.admit(lender, self.into_job_ref()) };
+        unsafe { registry.admit(lender, job) };
     }
 
     /// Admits the job now if a token is free (its parent's, else the pool's) and makes it
