@@ -83,9 +83,19 @@ pub fn drop_quietly<T>(value: T) {
 /// The values of two halves of a join, or the first half's panic raised again (else the
 /// second's). Whatever is not returned or raised is dropped quietly, so that a panicking `Drop`
 /// cannot unwind while a panic is already on its way (that would abort).
+#[inline]
 pub fn join_values<A, B>(a: JobResult<A>, b: JobResult<B>) -> (A, B) {
     match (a, b) {
         (JobResult::Ok(a), JobResult::Ok(b)) => (a, b),
+        (a, b) => join_panicked(a, b),
+    }
+}
+
+/// [`join_values`] when a half panicked: out of line, so the common path stays small.
+#[cold]
+#[inline(never)]
+fn join_panicked<A, B>(a: JobResult<A>, b: JobResult<B>) -> ! {
+    match (a, b) {
         (JobResult::Panic(payload), other) => {
             drop_quietly(other);
             panic::resume_unwind(payload)
@@ -94,7 +104,7 @@ pub fn join_values<A, B>(a: JobResult<A>, b: JobResult<B>) -> (A, B) {
             drop_quietly(other);
             panic::resume_unwind(payload)
         }
-        _ => unreachable!("a job's result read before it ran"),
+        _ => unreachable!("a join half's result read before it ran"),
     }
 }
 
