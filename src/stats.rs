@@ -139,10 +139,12 @@ impl Counters {
     #[inline]
     pub fn job_admitted(&self, level: usize) {
         // The depth first, so that no snapshot shows `inflight > cap × peak_depth`.
-        raise(&self.flight.peak_depth, level);
-        // Release: a snapshot that reads this count (acquire) sees the depth raised above.
+        raise(&self.flight.peak_depth, level, Ordering::Relaxed);
+        // Release: a snapshot that reads this count (acquire) sees the depth raised above, and
+        // the token this job took before it was counted.
         let now = self.flight.inflight.fetch_add(1, Ordering::Release) + 1;
-        raise(&self.flight.peak_inflight, now);
+        // Release: the same for a snapshot that reads the peak.
+        raise(&self.flight.peak_inflight, now, Ordering::Release);
     }
 
     /// A job's body returned.
@@ -154,6 +156,15 @@ impl Counters {
 
     /// A snapshot, with the token figures read off the token table.
     pub fn snapshot(&self, tokens: &TokenTable) -> Stats {
+        // The in-flight figures first, with acquire: every job they count raised the depth and
+        // took its token (a pool token, or a credit with the credit peak) before it was counted,
+        // so the figures read after them are at least as high, and one snapshot never shows
+        // `inflight` or `peak_inflight` above `(max_inflight + peak_calls_in) * peak_depth`.
+        // Acquire: pairs with `job_admitted`'s releases.
+        let inflight = self.flight.inflight.load(Ordering::Acquire);
+        let peak_inflight = self.flight.peak_inflight.load(Ordering::Acquire);
+        // Relaxed: ordered after the acquires above.
+        let peak_depth = self.flight.peak_depth.load(Ordering::Relaxed);
         let now = tokens.count();
         // The executing peak before the credit peak: see `TokenTable::note_admission`.
         let peak_executing = tokens.peak_executing().max(now.pool + now.credit);
@@ -165,20 +176,15 @@ impl Counters {
                 .map(|row| row[c as usize].load(Ordering::Relaxed))
                 .sum()
         };
-        // Acquire: pairs with `job_admitted`, so `peak_depth` below is at least the depth of
-        // every job counted here.
-        let inflight = self.flight.inflight.load(Ordering::Acquire);
-        // Relaxed: statistics; each figure is exact, the snapshot is not atomic as a whole.
-        let load = |a: &AtomicUsize| a.load(Ordering::Relaxed);
         Stats {
             inflight,
-            peak_inflight: load(&self.flight.peak_inflight),
+            peak_inflight,
             executing: now.pool + now.credit,
             peak_executing,
             tokens_in_use: now.pool,
             calls_in: now.credit,
             peak_calls_in,
-            peak_depth: load(&self.flight.peak_depth),
+            peak_depth,
             admitted_on_loan: sum(Counter::AdmittedOnLoan),
             admitted_from_pool: sum(Counter::AdmittedFromPool),
             admission_waits: sum(Counter::AdmissionWaits),
@@ -191,9 +197,10 @@ impl Counters {
 
 /// Raises `peak` to `value`; reads first so the common case writes nothing.
 #[inline]
-fn raise(peak: &AtomicUsize, value: usize) {
-    // Relaxed: a statistic; fetch_max keeps it exact.
+fn raise(peak: &AtomicUsize, value: usize, order: Ordering) {
+    // Relaxed read: fetch_max below keeps the peak exact (a peak already at `value` was
+    // written by a raise that published as much).
     if value > peak.load(Ordering::Relaxed) {
-        peak.fetch_max(value, Ordering::Relaxed);
+        peak.fetch_max(value, order);
     }
 }
