@@ -5,24 +5,40 @@
 //! size, outside the timing loop; the work per node is one add, so the time is almost all join.
 //!
 //! Each group (`join_tree_<nodes>_t<threads>`) has:
-//! * `treepool`, `rayon`: pools of `TREEPOOL_BENCH_THREADS` workers (default 2);
-//! * `treepool_1t`, `rayon_1t`: one-worker pools, for the per-join overhead
+//! * `treepool`, `rayon`, `chili`: pools of `TREEPOOL_BENCH_THREADS` threads (default 2);
+//! * `treepool_1t`, `rayon_1t`, `chili_1t`: one-thread pools, for the per-join overhead
 //!   `(1-thread pool time − sequential time) / joins`, computed by `benches/report.sh`
 //!   (joins = nodes);
 //! * `sequential`: the same recursion with plain calls.
 //!
-//! All pool work runs through `pool.install(..)`; the tree sums are timed inside one `install`
-//! per criterion sample (`iter_custom`), so the per-join figure is not charged with the install
-//! round-trip (cross-thread injection and waking a sleeping worker, tens of µs for rayon). That
-//! round-trip has its own group, `install_roundtrip_t<threads>` (`pool.install(|| 1)`).
+//! Group `join_tree_1023x200_t<threads>` (`treepool`, `rayon`, `chili`, multi-thread pools): one
+//! measured iteration sums the 1,023-node tree 200 times in a row, many short fork-join bursts.
+//!
+//! treepool and rayon run the work through `pool.install(..)`; the tree sums are timed inside one
+//! `install` per criterion sample (`iter_custom`), so the per-join figure is not charged with the
+//! install round-trip (cross-thread injection and waking a sleeping worker, tens of µs for
+//! rayon). That round-trip has its own group, `install_roundtrip_t<threads>`
+//! (`pool.install(|| 1)`).
+//!
+//! chili has no `install`: `pool.scope()` returns a `Scope` on the calling thread, which runs
+//! the work itself, and `s.join(|s| .., |s| ..)` shares the older half of a join with the pool's
+//! workers when the scope's heartbeat fires (every 100 µs, chili's default). Its tree sums are
+//! timed with one scope per criterion sample, the scope made before the clock starts, as the
+//! others are timed inside one `install`; `chili` in `install_roundtrip` is making and dropping
+//! a scope. The thread counts match: chili's `Config::thread_count` counts the calling thread
+//! (`thread_count − 1` workers are spawned), so a chili pool of `TREEPOOL_BENCH_THREADS` has
+//! that many threads running joins, like the treepool and rayon pools of that many workers
+//! (whose caller only waits). chili adds one heartbeat thread that runs no jobs.
 
 #[macro_use]
 mod common;
 
 use std::hint::black_box;
-use std::time::{Duration, Instant};
 
-use criterion::{Criterion, SamplingMode};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, SamplingMode};
+
+use common::timed;
 
 pub struct Node {
     val: u64,
@@ -42,13 +58,9 @@ fn build(levels: u32, next: &mut u64) -> Option<Box<Node>> {
     Some(Box::new(Node { val, left, right }))
 }
 
-/// Runs `f` `iters` times and returns the elapsed time (called inside `install`).
-fn timed(iters: u64, f: impl Fn() -> u64) -> Duration {
-    let start = Instant::now();
-    for _ in 0..iters {
-        black_box(f());
-    }
-    start.elapsed()
+/// `reps` runs of `f` in a row, their results added (one measured iteration).
+fn repeat(reps: u32, mut f: impl FnMut() -> u64) -> u64 {
+    (0..reps).fold(0, |acc, _| acc + f())
 }
 
 fn sum_seq(node: &Node) -> u64 {
@@ -68,47 +80,107 @@ for_both_pools! {
     }
 }
 
+mod ch {
+    use super::Node;
+    use chili::Scope;
+
+    /// `sum` for chili: one join per node, leaves included.
+    pub fn sum(s: &mut Scope<'_>, node: &Node) -> u64 {
+        let (l, r) = s.join(
+            |s| node.left.as_deref().map_or(0, |n| sum(s, n)),
+            |s| node.right.as_deref().map_or(0, |n| sum(s, n)),
+        );
+        node.val + l + r
+    }
+}
+
+/// A treepool, a rayon and a chili pool of the same thread count.
+struct Pools {
+    tp: treepool::ThreadPool,
+    ry: rayon::ThreadPool,
+    ch: chili::ThreadPool,
+}
+
+impl Pools {
+    fn new(threads: usize) -> Self {
+        Self {
+            tp: common::treepool_pool(threads, common::bench_cap()),
+            ry: common::rayon_pool(threads),
+            ch: common::chili_pool(threads),
+        }
+    }
+
+    /// Checks each pool's sum of `t` against `expect`, once, outside the timing.
+    fn check(&self, t: &Node, expect: u64) {
+        assert_eq!(self.tp.install(|| tp::sum(t)), expect, "treepool");
+        assert_eq!(self.ry.install(|| ry::sum(t)), expect, "rayon");
+        assert_eq!(ch::sum(&mut self.ch.scope(), t), expect, "chili");
+    }
+
+    /// Adds `treepool<suffix>`, `rayon<suffix>` and `chili<suffix>` to `g`: each measured
+    /// iteration sums `t` `reps` times, timed inside one `install` (one chili scope) per sample,
+    /// so the install round-trip (waking a sleeping worker) is not charged to the joins;
+    /// `install_roundtrip` measures it on its own.
+    fn bench(&self, g: &mut BenchmarkGroup<'_, WallTime>, suffix: &str, t: &Node, reps: u32) {
+        g.bench_function(format!("treepool{suffix}"), |b| {
+            b.iter_custom(|iters| {
+                self.tp
+                    .install(|| timed(iters, || repeat(reps, || tp::sum(black_box(t)))))
+            })
+        });
+        g.bench_function(format!("rayon{suffix}"), |b| {
+            b.iter_custom(|iters| {
+                self.ry
+                    .install(|| timed(iters, || repeat(reps, || ry::sum(black_box(t)))))
+            })
+        });
+        g.bench_function(format!("chili{suffix}"), |b| {
+            b.iter_custom(|iters| {
+                let mut s = self.ch.scope();
+                timed(iters, || repeat(reps, || ch::sum(&mut s, black_box(t))))
+            })
+        });
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let threads = common::bench_threads();
-    let tp = common::treepool_pool(threads, common::bench_cap());
-    let ry = common::rayon_pool(threads);
-    let tp1 = common::treepool_pool(1, common::bench_cap());
-    let ry1 = common::rayon_pool(1);
+    let multi = Pools::new(threads);
+    let one = Pools::new(1);
 
     for levels in [10u32, 20] {
         let nodes = (1u64 << levels) - 1;
         let mut next = 0;
         let tree = build(levels, &mut next).expect("non-empty tree");
         let expect = nodes * (nodes + 1) / 2;
-        assert_eq!(tp.install(|| tp::sum(&tree)), expect);
-        assert_eq!(ry.install(|| ry::sum(&tree)), expect);
+        assert_eq!(sum_seq(&tree), expect, "sequential");
+        multi.check(&tree, expect);
+        one.check(&tree, expect);
 
         let mut g = c.benchmark_group(common::group_name(&format!("join_tree_{nodes}"), threads));
         if levels >= 16 {
             g.sampling_mode(SamplingMode::Flat);
         }
         let t = &*tree;
-        // Timed inside one `install` per sample, so the install round-trip (waking a sleeping
-        // worker) is not charged to the joins; `install_roundtrip` measures it on its own.
-        g.bench_function("treepool", |b| {
-            b.iter_custom(|iters| tp.install(|| timed(iters, || tp::sum(black_box(t)))))
-        });
-        g.bench_function("rayon", |b| {
-            b.iter_custom(|iters| ry.install(|| timed(iters, || ry::sum(black_box(t)))))
-        });
-        g.bench_function("treepool_1t", |b| {
-            b.iter_custom(|iters| tp1.install(|| timed(iters, || tp::sum(black_box(t)))))
-        });
-        g.bench_function("rayon_1t", |b| {
-            b.iter_custom(|iters| ry1.install(|| timed(iters, || ry::sum(black_box(t)))))
-        });
+        multi.bench(&mut g, "", t, 1);
+        one.bench(&mut g, "_1t", t, 1);
         g.bench_function("sequential", |b| b.iter(|| sum_seq(black_box(t))));
         g.finish();
+
+        if levels == 10 {
+            let mut g = c.benchmark_group(common::group_name("join_tree_1023x200", threads));
+            multi.bench(&mut g, "", t, 200);
+            g.finish();
+        }
     }
 
     let mut g = c.benchmark_group(common::group_name("install_roundtrip", threads));
-    g.bench_function("treepool", |b| b.iter(|| tp.install(|| black_box(1u64))));
-    g.bench_function("rayon", |b| b.iter(|| ry.install(|| black_box(1u64))));
+    g.bench_function("treepool", |b| {
+        b.iter(|| multi.tp.install(|| black_box(1u64)))
+    });
+    g.bench_function("rayon", |b| b.iter(|| multi.ry.install(|| black_box(1u64))));
+    // chili has no install: a scope is made on the calling thread (it registers a heartbeat).
+    g.bench_function("chili", |b| b.iter(|| drop(black_box(multi.ch.scope()))));
     g.finish();
 }
 

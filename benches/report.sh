@@ -177,9 +177,14 @@ w("Regenerate this file with `benches/report.sh` (it runs every bench target in 
   "Single workloads: `cargo bench --bench <name>` with `join_tree`, `fib`, `quicksort`, "
   "`scope_fanout`, `indexer`, `producer`, `idle`; the thread count comes from "
   "`TREEPOOL_BENCH_THREADS` (default 2). See the header of `benches/report.sh` for every knob.\n")
-w("Times are criterion medians (`target/criterion/<group>/<function>/new/estimates.json`). Both "
-  "pools have the same number of workers, are built once per group and run the work through "
-  "`pool.install`. Memory figures come from separate untimed runs on fresh pools "
+w("Times are criterion medians (`target/criterion/<group>/<function>/new/estimates.json`). The "
+  "treepool and rayon pools have the same number of workers, are built once per group and "
+  "run the work through `pool.install`. Sections 1 and 2 also show chili (a heartbeat-scheduled "
+  "fork-join pool): its `Config::thread_count` counts the calling thread, which runs the "
+  "scope's work, so it is given the same count (that many threads run joins; chili adds a "
+  "heartbeat thread that runs no jobs), and the work runs through `pool.scope()` where the "
+  "others use `install`. "
+  "Memory figures come from separate untimed runs on fresh pools "
   "(`target/treepool-bench/*.json`): *peak alive* is a user-side count of live 100 KB buffers, "
   "*peak heap* the peak of a counting global allocator above the level before the run.\n")
 stamp = target / "treepool-bench" / "run-stamp"
@@ -217,35 +222,74 @@ def le(limit):
     return lambda r: verdict(r <= limit)
 
 
+def chili_table(title, target, groups):
+    """Like time_table, with chili beside rayon. groups: [(label, group_base, rayon_limit,
+    chili_limit)]; a limit of None = no target on that ratio."""
+    w(f"## {title}\n")
+    w(f"Target: {target}\n")
+    w("| workload | threads | treepool | rayon | chili | treepool/rayon | treepool/chili | "
+      "target vs rayon | target vs chili |")
+    w("|---|---:|---:|---:|---:|---:|---:|---|---|")
+
+    def check(r, limit):
+        return "—" if r is None or limit is None else f"≤ {limit:.2f}: {verdict(r <= limit)}"
+
+    for t in threads:
+        for label, base, ry_limit, ch_limit in groups:
+            g = f"{base}_t{t}"
+            tp, ry, ch = (median_ns(g, f) for f in ("treepool", "rayon", "chili"))
+            rr, rc = ratio(tp, ry), ratio(tp, ch)
+            w(f"| {label} | {t} | {fmt_ns(tp)} | {fmt_ns(ry)} | {fmt_ns(ch)} | {fmt_ratio(rr)} | "
+              f"{fmt_ratio(rc)} | {check(rr, ry_limit)} | {check(rc, ch_limit)} |")
+    w("")
+
+
+def per_join_table(rows):
+    """rows: [(label, group_base, joins)]; per-join overhead of the 1-thread pools."""
+    w("| workload | joins | group threads | sequential | treepool 1 thread | rayon 1 thread | "
+      "chili 1 thread | treepool ns/join | rayon ns/join | chili ns/join | treepool/rayon | "
+      "treepool/chili |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for t in threads:
+        for label, base, joins in rows:
+            g = f"{base}_t{t}"
+            seq, tp1, ry1, ch1 = (median_ns(g, f) for f in
+                                  ("sequential", "treepool_1t", "rayon_1t", "chili_1t"))
+            per = lambda x: None if x is None or seq is None else (x - seq) / joins
+            ptp, pry, pch = per(tp1), per(ry1), per(ch1)
+            # A negative overhead means the sequential run was slowed by noise (other load).
+            fj = lambda x: "—" if x is None else (f"{x:.2f}" if x >= 0 else f"{x:.2f} (noise)")
+            rr = lambda o: (fmt_ratio(ratio(ptp, o))
+                            if ptp is not None and ptp >= 0 and o is not None and o > 0 else "—")
+            w(f"| {label} | {joins:,} | {t} | {fmt_ns(seq)} | {fmt_ns(tp1)} | {fmt_ns(ry1)} | "
+              f"{fmt_ns(ch1)} | {fj(ptp)} | {fj(pry)} | {fj(pch)} | {rr(pry)} | {rr(pch)} |")
+    w("")
+
+
 # 1. Join overhead
-time_table("1. Join overhead: binary tree sum, one join per node",
-           "treepool/rayon ≤ 1.00",
-           [("tree 1,023 nodes", "join_tree_1023"), ("tree 2^20−1 nodes", "join_tree_1048575"),
-            ("install round-trip (`pool.install` of an empty closure; no target)", "install_roundtrip",
-             False)],
-           le(1.00))
-w("The tree sums are timed inside one `install` per sample, so the install round-trip (its own "
-  "row above) is not in them. Per-join overhead = (1-thread pool time − sequential time) / "
-  "joins, joins = nodes (leaves join two empty halves).\n")
-w("| nodes | group threads | sequential | treepool 1 thread | rayon 1 thread | "
-  "treepool ns/join | rayon ns/join | treepool/rayon |")
-w("|---:|---:|---:|---:|---:|---:|---:|---:|")
-for t in threads:
-    for nodes in (1023, 1048575):
-        g = f"join_tree_{nodes}_t{t}"
-        seq, tp1, ry1 = (median_ns(g, f) for f in ("sequential", "treepool_1t", "rayon_1t"))
-        per = lambda x: None if x is None or seq is None else (x - seq) / nodes
-        ptp, pry = per(tp1), per(ry1)
-        # A negative overhead means the sequential run was slowed by noise (other load).
-        fj = lambda x: "—" if x is None else (f"{x:.2f}" if x >= 0 else f"{x:.2f} (noise)")
-        rr = fmt_ratio(ratio(ptp, pry)) if ptp is not None and ptp >= 0 else "—"
-        w(f"| {nodes:,} | {t} | {fmt_ns(seq)} | {fmt_ns(tp1)} | {fmt_ns(ry1)} | "
-          f"{fj(ptp)} | {fj(pry)} | {rr} |")
-w("")
+chili_table("1. Join overhead: binary tree sum, one join per node",
+            "treepool/rayon ≤ 1.00; for tree 2^20−1 and tree 1,023 × 200: treepool/rayon ≤ 0.80 "
+            "and treepool/chili ≤ 1.00",
+            [("tree 1,023 nodes", "join_tree_1023", 1.00, None),
+             ("tree 2^20−1 nodes", "join_tree_1048575", 0.80, 1.00),
+             ("tree 1,023 nodes × 200 (200 sums in a row per iteration)", "join_tree_1023x200",
+              0.80, 1.00),
+             ("install round-trip (`pool.install` of an empty closure; chili: make and drop a "
+              "scope; no target)", "install_roundtrip", None, None)])
+w("The tree sums are timed inside one `install` (chili: one scope) per sample, so the install "
+  "round-trip (its own row above) is not in them. Per-join overhead = (1-thread pool time − "
+  "sequential time) / joins, joins = nodes (leaves join two empty halves).\n")
+per_join_table([("tree 1,023 nodes", "join_tree_1023", 1023),
+                ("tree 2^20−1 nodes", "join_tree_1048575", 1048575)])
 
 # 2. fib
-time_table("2. fib by join, no cutoff", "treepool/rayon ≤ 1.00",
-           [("fib(25)", "fib_25"), ("fib(30)", "fib_30")], le(1.00))
+chili_table("2. fib by join, no cutoff",
+            "treepool/rayon ≤ 1.00; for fib(25): treepool/rayon ≤ 0.80 and treepool/chili ≤ 1.00",
+            [("fib(25)", "fib_25", 0.80, 1.00), ("fib(30)", "fib_30", 1.00, None)])
+w("Each iteration runs one `install` (chili: one `pool.scope()`). Per-join overhead of fib(25) "
+  "on 1-thread pools, timed inside one `install` (chili: one scope) per sample; joins = calls "
+  "with n ≥ 2 = fib(26) − 1.\n")
+per_join_table([("fib(25)", "fib_25", 121392)])
 
 # 3. quicksort
 time_table("3. Quicksort of 1M random u32 by join (cutoff 1,000 → sort_unstable)",

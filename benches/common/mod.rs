@@ -4,9 +4,11 @@
 //!
 //! * the environment knobs (`TREEPOOL_BENCH_THREADS`, `TREEPOOL_BENCH_CAP`,
 //!   `TREEPOOL_BENCH_CAPS`, `TREEPOOL_BENCH_QUICK`, `TREEPOOL_BENCH_MEM_RUNS`),
-//! * pool construction (a treepool and a rayon pool of the same size),
+//! * pool construction (a treepool, a rayon and a chili pool of the same size),
 //! * the `for_both_pools!` macro, which writes a workload once and instantiates it for
-//!   `treepool` (module `tp`) and `rayon` (module `ry`),
+//!   `treepool` (module `tp`) and `rayon` (module `ry`); chili's `join` takes a `&mut Scope`,
+//!   so its workloads are written on their own (module `ch` in the binaries that measure it),
+//! * `timed`, the loop timed inside one `install` (or one chili scope) per criterion sample,
 //! * a counting `GlobalAlloc` wrapper around `System` (installed only by the binaries that
 //!   report heap figures), a peak counter for "items alive", and
 //! * JSON-lines output under `<target>/treepool-bench/` for the figures criterion can't record.
@@ -15,6 +17,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::fs::{self, File};
 use std::io::Write;
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -168,6 +171,29 @@ pub fn rayon_pool(threads: usize) -> rayon::ThreadPool {
         .num_threads(threads)
         .build()
         .expect("build rayon pool")
+}
+
+/// A chili pool with `threads` threads running joins, the same count as the treepool and rayon
+/// pools: chili's `Config::thread_count` counts the thread that holds the `Scope`
+/// (`ThreadPool::with_config` spawns `thread_count - 1` workers; the caller runs the scope's
+/// work itself and workers take the jobs it shares). chili also spawns one heartbeat thread,
+/// which runs no jobs: it sleeps and sets each scope's heartbeat flag every
+/// `heartbeat_interval` (default 100 µs, kept here).
+pub fn chili_pool(threads: usize) -> chili::ThreadPool {
+    chili::ThreadPool::with_config(chili::Config {
+        thread_count: Some(NonZeroUsize::new(threads).expect("chili pool of 0 threads")),
+        ..chili::Config::default()
+    })
+}
+
+/// Runs `f` `iters` times and returns the elapsed time; called inside one `install` (or with one
+/// chili scope) per criterion sample (`iter_custom`), so the install round-trip is not timed.
+pub fn timed(iters: u64, mut f: impl FnMut() -> u64) -> Duration {
+    let start = Instant::now();
+    for _ in 0..iters {
+        std::hint::black_box(f());
+    }
+    start.elapsed()
 }
 
 // ---------------------------------------------------------------------------------------------
