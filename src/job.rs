@@ -16,6 +16,7 @@
 use std::any::Any;
 use std::cell::UnsafeCell;
 use std::io::Write;
+use std::mem::ManuallyDrop;
 use std::panic::{self, AssertUnwindSafe};
 
 use crate::latch::{CountLatch, Latch, WakeTarget};
@@ -307,13 +308,29 @@ impl<F: FnOnce() -> R + Send, R: Send> RootJob<F, R> {
 }
 
 /// The `b` of `join(a, b)`, on the joiner's stack.
+///
+/// It has no drop glue on the join's fast path: by the time the joiner drops it, `func` was
+/// taken (every half runs once: inline, or by a thief), `result` was taken or never written, and
+/// the latch's wake target is a worker index, which owns nothing. The fields that would need a
+/// check are `ManuallyDrop`, and debug builds assert that they are empty.
 pub struct JoinJob<F, R> {
     func: UnsafeCell<Option<F>>,
-    result: UnsafeCell<JobResult<R>>,
+    result: ManuallyDrop<UnsafeCell<JobResult<R>>>,
     /// The joiner's job: the lender of a thief's loan, and the job `b` is part of when inline.
     parent: *const Lender,
-    /// Set when a thief ran the job, or handed it back.
-    pub latch: Latch,
+    /// Set when a thief ran the job, or handed it back; its target is `WakeTarget::Worker`.
+    pub latch: ManuallyDrop<Latch>,
+}
+
+#[cfg(debug_assertions)]
+impl<F, R> Drop for JoinJob<F, R> {
+    fn drop(&mut self) {
+        debug_assert!(self.func.get_mut().is_none(), "a join half never ran");
+        debug_assert!(
+            matches!(self.result.get_mut(), JobResult::None),
+            "a join half's result was never taken"
+        );
+    }
 }
 
 impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
@@ -321,9 +338,9 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
     pub fn new(func: F, owner: usize, parent: *const Lender) -> Self {
         JoinJob {
             func: UnsafeCell::new(Some(func)),
-            result: UnsafeCell::new(JobResult::None),
+            result: ManuallyDrop::new(UnsafeCell::new(JobResult::None)),
             parent,
-            latch: Latch::new(WakeTarget::Worker(owner)),
+            latch: ManuallyDrop::new(Latch::new(WakeTarget::Worker(owner))),
         }
     }
 
@@ -370,14 +387,14 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
             // No token: the joiner runs `b` inline when it sees this.
             registry.note_handed_back();
             // SAFETY: the job is alive until the latch is published, not touched after.
-            unsafe { Latch::hand_back(&job.latch, registry) };
+            unsafe { Latch::hand_back(&*job.latch, registry) };
             return;
         }
         // SAFETY: a stolen job runs once, on this thread; the joiner reads after the latch.
         unsafe {
             let func = (*job.func.get()).take().expect("a job runs once");
             worker.run_admitted(lender, || *job.result.get() = JobResult::call(func));
-            Latch::set(&job.latch, registry);
+            Latch::set(&*job.latch, registry);
         }
     }
 }

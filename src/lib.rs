@@ -59,6 +59,7 @@ mod chaos;
 mod job;
 mod join;
 mod latch;
+mod lazy;
 mod pool;
 mod registry;
 mod scope;

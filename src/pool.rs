@@ -209,10 +209,15 @@ fn current_registry() -> &'static Registry {
 
 /// Runs `a` and `b`, potentially in parallel, and returns both results.
 ///
-/// On a worker, `a` runs inline and `b` is offered to thieves; if nobody steals it, it runs
-/// inline too, touching no shared state. A thief must admit `b` through the token table first.
-/// Outside any pool, the call runs in the global pool. A panic in `a` or `b` is raised again
-/// once both have finished (`a`'s wins).
+/// On a worker, `a` runs inline while `b` waits in a structure private to the calling thread;
+/// then `b` runs inline too, touching no shared state, unless it was *promoted* meanwhile. An
+/// idle worker asks a busy one for work, and the busy one promotes its oldest private `b` (the
+/// largest piece of a balanced tree) to its deque at its next `join`, or while it waits for
+/// anything; a thief that takes a promoted `b` must admit it through the token table first.
+/// So `b` becomes stealable only once the calling thread reaches another `join` or a wait: a
+/// split into two long sequential halves is best made with [`scope`] or split further (a
+/// recursive split, the usual shape, joins often). Outside any pool, the call runs in the global
+/// pool. A panic in `a` or `b` is raised again once both have finished (`a`'s wins).
 ///
 /// ```
 /// fn fib(n: u32) -> u64 {

@@ -17,6 +17,7 @@ use std::io::Write;
 
 use crate::job::{drop_quietly, JobRef, Ticket};
 use crate::latch::WakeTarget;
+use crate::lazy::{PrivateHalves, RequestFlag, WorkRequests};
 use crate::sleep::Sleep;
 use crate::stats::{Counter, Counters, Stats};
 use crate::sync::{thread, Arc, AtomicBool, Ordering};
@@ -36,6 +37,8 @@ pub struct Registry {
     stealers: Box<[Stealer<JobRef>]>,
     injector: Injector<JobRef>,
     sleep: Sleep,
+    /// Idle workers' requests to busy ones for a promoted join half.
+    requests: WorkRequests,
     tokens: TokenTable,
     counters: Counters,
     terminating: AtomicBool,
@@ -71,6 +74,7 @@ impl Registry {
             stealers: deques.iter().map(Worker::stealer).collect(),
             injector: Injector::new(),
             sleep: Sleep::new(num_threads),
+            requests: WorkRequests::new(num_threads),
             tokens: TokenTable::new(max_inflight),
             counters: Counters::new(num_threads),
             terminating: AtomicBool::new(false),
@@ -359,6 +363,10 @@ pub struct WorkerThread {
     current: Cell<*const Lender>,
     /// A token kept for the spawn waiting in `help_until_admitted`, from a job that loop ran.
     spare: Spare,
+    /// The `b` halves of the joins this thread is in, not yet visible to thieves.
+    halves: PrivateHalves,
+    /// This worker's flag in `registry.requests`, checked at every join.
+    request: *const RequestFlag,
     /// State of the xorshift generator that picks the first victim to steal from.
     rng: Cell<u64>,
 }
@@ -446,6 +454,57 @@ impl WorkerThread {
         admitted
     }
 
+    /// Keeps a join's `b` private to this thread (see `lazy`); returns its slot. Serves a
+    /// pending work request first thing, so the half just kept may be the one promoted.
+    #[inline]
+    pub fn push_half(&self, half: JobRef) -> usize {
+        let slot = self.halves.push(half);
+        self.serve_request();
+        slot
+    }
+
+    /// Whether the half kept in `slot` is still private, for its joiner to run inline; drops the
+    /// slot either way.
+    #[inline]
+    pub fn take_back_half(&self, slot: usize) -> bool {
+        self.halves.take_back(slot)
+    }
+
+    /// If an idle worker asked this one for work, promotes the oldest private half to the deque.
+    #[inline]
+    fn serve_request(&self) {
+        // SAFETY: the flag lives in the registry, which this worker's `Arc` keeps alive.
+        if unsafe { &*self.request }.take() {
+            self.promote_oldest();
+        }
+    }
+
+    #[cold]
+    fn promote_oldest(&self) {
+        if let Some(half) = self.take_own_half() {
+            self.push(half);
+        }
+    }
+
+    /// Promotes the oldest private half for this thread itself to run, as if a thief had asked
+    /// (it is admitted, or handed back, like any half taken from a deque). A thread that waits
+    /// and finds no other work does this: the half's job may be what it waits for (a `join`
+    /// whose `a` waits for `b` to start, across pools), and no one else may be there to ask.
+    fn take_own_half(&self) -> Option<JobRef> {
+        let half = self.halves.promote_oldest()?;
+        self.registry.counters.bump(self.index, Counter::Promotions);
+        Some(half)
+    }
+
+    /// Asks a random other worker to promote a join half, for this idle one to steal.
+    fn ask_for_work(&self) {
+        let n = self.registry.num_threads();
+        if n > 1 {
+            let victim = (self.index + 1 + self.next_random() % (n - 1)) % n;
+            self.registry.requests.flag(victim).raise();
+        }
+    }
+
     /// Pushes a job to this worker's deque, where thieves can take it.
     pub fn push(&self, job: JobRef) {
         self.deque.push(job);
@@ -462,11 +521,19 @@ impl WorkerThread {
     pub fn wait_until(&self, done: impl Fn() -> bool) {
         let mut idle = 0;
         while !done() {
-            if let Some(job) = self.find_work() {
+            // Private halves of the jobs this thread waits in are work a thief may ask for. A
+            // request stays up while there is none, for the next join to serve.
+            if self.halves.any() {
+                self.serve_request();
+            }
+            if let Some(job) = self.find_work().or_else(|| self.take_own_half()) {
                 // SAFETY: jobs in the queues are alive and run once, on a worker of their pool.
                 unsafe { job.run() };
                 idle = 0;
-            } else if idle < SPIN_ROUNDS {
+                continue;
+            }
+            self.ask_for_work();
+            if idle < SPIN_ROUNDS {
                 idle += 1;
                 thread::yield_now();
             } else {
@@ -539,12 +606,15 @@ impl WorkerThread {
 
 /// The body of a worker thread: run jobs until the pool terminates and no work is left.
 pub fn main_loop(seed: WorkerSeed, registry: Arc<Registry>, on_start: impl FnOnce(usize)) {
+    let request: *const RequestFlag = registry.requests.flag(seed.index);
     let worker = WorkerThread {
         deque: seed.deque,
         index: seed.index,
         registry,
         current: Cell::new(ptr::null()),
         spare: Spare::default(),
+        halves: PrivateHalves::default(),
+        request,
         rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ (seed.index as u64 + 1).wrapping_mul(0xA24B_AED4)),
     };
     WORKER.with(|w| w.set(&worker));

@@ -76,6 +76,10 @@ pub struct Stats {
     pub peak_calls_in: usize,
     /// Root jobs admitted on the credit of a call from another pool.
     pub admitted_on_credit: u64,
+    /// Join halves made visible to thieves: a `join`'s `b` stays private to its joiner's thread
+    /// until an idle worker asks that thread for work, which then pushes its oldest private half
+    /// to its deque. An un-promoted half is run inline by its joiner and counted nowhere.
+    pub promotions: u64,
 }
 
 /// The per-thread event counters.
@@ -93,6 +97,8 @@ pub enum Counter {
     HandedBack,
     /// A root admitted on the credit of a call from another pool.
     AdmittedOnCredit,
+    /// A join half promoted to a deque.
+    Promotions,
 }
 
 /// The exact in-flight count and its peaks, together on one cache line.
@@ -107,7 +113,7 @@ struct Flight {
 pub struct Counters {
     flight: CachePadded<Flight>,
     /// One row per worker, and a last one shared by threads outside the pool.
-    per_thread: Box<[CachePadded<[AtomicU64; 6]>]>,
+    per_thread: Box<[CachePadded<[AtomicU64; 7]>]>,
 }
 
 impl Counters {
@@ -191,6 +197,7 @@ impl Counters {
             steals: sum(Counter::Steals),
             handed_back: sum(Counter::HandedBack),
             admitted_on_credit: sum(Counter::AdmittedOnCredit),
+            promotions: sum(Counter::Promotions),
         }
     }
 }

@@ -407,23 +407,28 @@ fn a_scope_spawn_from_another_pools_job_is_left_to_the_scope_owner() {
 #[test]
 fn a_waiting_thread_hands_back_its_own_join_half_instead_of_burying_a_lender() {
     // Pool A (1 thread, 1 token): job J runs join(a, b); `a` spawns a detached D on J's loan,
-    // which `join` then runs above its own frame. D calls into pool B and, while it waits, its
-    // thread helps in A and takes J's `b` from the deque. Run inline there, `b` would spawn a
-    // child of J needing J's loan, held by D, buried under `b`: a deadlock. Instead `b` is
-    // handed back (it cannot be admitted) and J runs it once D has returned.
+    // then waits in pool C, so A's thread helps and runs D above J's frame. D calls into pool B
+    // and, while it waits, A's thread finds no other work and takes J's private `b` itself.
+    // Run inline there, `b` would spawn a child of J needing J's loan, held by D, buried under
+    // `b`: a deadlock. Instead `b` is handed back (it cannot be admitted) and J runs it once D
+    // has returned.
     watchdog(60, || {
         let a = Arc::new(pool(1, 1));
         let b_pool = Arc::new(pool(1, 1));
+        let c_pool = pool(1, 1);
         let ran_b_child = Arc::new(AtomicBool::new(false));
+        let d_done = Arc::new(AtomicBool::new(false));
         let (a2, ran) = (a.clone(), ran_b_child.clone());
-        a.install(move || {
+        a.install(|| {
             treepool::join(
                 || {
-                    let (a3, b_pool) = (a2.clone(), b_pool.clone());
+                    let (a3, b_pool, done) = (a2.clone(), b_pool.clone(), d_done.clone());
                     treepool::spawn(move || {
                         // Wait in B until A's thread has met `b` and handed it back.
                         b_pool.install(|| spin_until(|| a3.stats().handed_back >= 1));
+                        done.store(true, Ordering::SeqCst);
                     });
+                    c_pool.install(|| spin_until(|| d_done.load(Ordering::SeqCst)));
                 },
                 || treepool::scope(|s| s.spawn(|_| ran.store(true, Ordering::SeqCst))),
             )
@@ -474,11 +479,18 @@ fn steals_are_counted() {
         let pool = pool(2, 2);
         let b_started = AtomicBool::new(false);
         pool.join(
-            // `a` waits until `b` runs, which only another worker can make happen: by stealing.
-            || spin_until(|| b_started.load(Ordering::SeqCst)),
+            // `a` waits until `b` runs, which only another worker can make happen: by stealing
+            // it once this thread, at one of the joins below, has promoted `b` (its oldest
+            // private half) for the idle worker that asked for work.
+            || {
+                while !b_started.load(Ordering::SeqCst) {
+                    treepool::join(|| {}, std::hint::spin_loop);
+                }
+            },
             || b_started.store(true, Ordering::SeqCst),
         );
-        assert!(pool.stats().steals >= 1, "{:?}", pool.stats());
+        let stats = pool.stats();
+        assert!(stats.steals >= 1 && stats.promotions >= 1, "{stats:?}");
     });
 }
 

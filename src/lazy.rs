@@ -1,0 +1,135 @@
+//! Lazy join: the `b` halves of a worker's joins, kept private until a thief asks for work.
+//!
+//! This module owns two things:
+//! * [`PrivateHalves`], one per worker: the `b` of every `join` the worker is inside, oldest
+//!   first. Only the owning thread touches it, so it has no atomics and no fences. A joiner takes
+//!   its half back from the top and runs it inline; a *promotion* hands the oldest private half to
+//!   the caller, which pushes it to the worker's deque, where thieves see it.
+//! * [`WorkRequests`], one flag per worker: an idle worker raises a busy one's flag; the busy
+//!   worker sees it at its next join (or wait loop round) and promotes its oldest half. This is
+//!   the work-request scheme of Acar, Charguéraud and Rainey ("Scheduling parallel programs by
+//!   work stealing with private deques", PPoPP 2013): no timer thread, and a thief gets work as
+//!   soon as its victim reaches a join.
+//!
+//! It never runs, admits or pushes a job itself: a promoted half is admitted by whoever takes it
+//! from the deque, exactly as every pushed half was before (see `JoinJob`), and an un-promoted
+//! half is part of its joiner's job.
+//!
+//! Why oldest first: the oldest half is the shallowest in the joiner's stack, so in a balanced
+//! tree it is the largest piece of work, and a thief that takes it will not ask again soon.
+
+use std::cell::{Cell, UnsafeCell};
+
+use crossbeam_utils::CachePadded;
+
+use crate::job::JobRef;
+use crate::sync::{AtomicBool, Ordering};
+
+/// The private join halves of one worker, oldest first. Not `Sync`: the owner's alone.
+pub struct PrivateHalves {
+    /// `halves[i]` is the `b` of the join at nesting depth `i` on this thread's stack; entries
+    /// at or above `len` are stale.
+    halves: UnsafeCell<Vec<JobRef>>,
+    /// `halves[..promoted]` were promoted (pushed to the deque) and are no longer private.
+    promoted: Cell<usize>,
+}
+
+impl Default for PrivateHalves {
+    fn default() -> Self {
+        PrivateHalves {
+            halves: UnsafeCell::new(Vec::with_capacity(64)),
+            promoted: Cell::new(0),
+        }
+    }
+}
+
+impl PrivateHalves {
+    /// Keeps `half` private; returns its slot, for [`PrivateHalves::take_back`].
+    #[inline]
+    pub fn push(&self, half: JobRef) -> usize {
+        // SAFETY: only the owning thread reaches this (the type is not `Sync`), and no reference
+        // into the vector outlives a call.
+        let halves = unsafe { &mut *self.halves.get() };
+        halves.push(half);
+        halves.len() - 1
+    }
+
+    /// The joiner of slot `slot` is done with `a`: drops the slot (and any above it, whose
+    /// joiners have all returned) and says whether the half is still private, so the joiner runs
+    /// it inline. `false`: it was promoted and is in the deque, or already taken from there.
+    #[inline]
+    pub fn take_back(&self, slot: usize) -> bool {
+        // SAFETY: as in `push`.
+        let halves = unsafe { &mut *self.halves.get() };
+        halves.truncate(slot);
+        // Promotion goes oldest first, so a promoted slot has every slot below it promoted too;
+        // the count drops back to this slot, the new top.
+        let private = slot >= self.promoted.get();
+        if !private {
+            self.promoted.set(slot);
+        }
+        private
+    }
+
+    /// Makes the oldest private half public: the caller pushes it where thieves can take it.
+    #[inline]
+    pub fn promote_oldest(&self) -> Option<JobRef> {
+        // SAFETY: as in `push`.
+        let halves = unsafe { &*self.halves.get() };
+        let oldest = *halves.get(self.promoted.get())?;
+        self.promoted.set(self.promoted.get() + 1);
+        Some(oldest)
+    }
+
+    /// Whether any half is private.
+    #[inline]
+    pub fn any(&self) -> bool {
+        // SAFETY: as in `push`.
+        unsafe { &*self.halves.get() }.len() > self.promoted.get()
+    }
+}
+
+/// One worker's work request flag: raised by idle workers, lowered by the worker when it
+/// promotes a half.
+#[derive(Default)]
+pub struct RequestFlag(AtomicBool);
+
+impl RequestFlag {
+    /// An idle worker asks for a promoted half. Writes the line only when the flag is down, so
+    /// idle workers spinning on a busy one do not bounce it.
+    #[inline]
+    pub fn raise(&self) {
+        // Relaxed: a request is a hint; the work it brings is published by the deque push, and a
+        // late-seen request only delays parallelism, never progress.
+        if !self.0.load(Ordering::Relaxed) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether someone asked for work; lowers the flag if so.
+    #[inline]
+    pub fn take(&self) -> bool {
+        // Relaxed: as in `raise`. The plain load keeps the common case (no request) read-only.
+        self.0.load(Ordering::Relaxed) && self.0.swap(false, Ordering::Relaxed)
+    }
+}
+
+/// The request flags of a pool's workers, each on its own cache line.
+pub struct WorkRequests {
+    flags: Box<[CachePadded<RequestFlag>]>,
+}
+
+impl WorkRequests {
+    /// No requests, for `n` workers.
+    pub fn new(n: usize) -> Self {
+        WorkRequests {
+            flags: (0..n).map(|_| CachePadded::default()).collect(),
+        }
+    }
+
+    /// Worker `index`'s flag.
+    #[inline]
+    pub fn flag(&self, index: usize) -> &RequestFlag {
+        &self.flags[index]
+    }
+}
