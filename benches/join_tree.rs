@@ -9,7 +9,8 @@
 //! * `treepool_1t`, `rayon_1t`, `chili_1t`: one-thread pools, for the per-join overhead
 //!   `(1-thread pool time − sequential time) / joins`, computed by `benches/report.sh`
 //!   (joins = nodes);
-//! * `sequential`: the same recursion with plain calls.
+//! * `sequential`: the same recursion with plain calls; `sequential_right_first` visits the
+//!   right child first, as chili runs `b` before `a`.
 //!
 //! Group `join_tree_1023x200_t<threads>` (`treepool`, `rayon`, `chili`, multi-thread pools): one
 //! measured iteration sums the 1,023-node tree 200 times in a row, many short fork-join bursts.
@@ -66,6 +67,15 @@ fn repeat(reps: u32, mut f: impl FnMut() -> u64) -> u64 {
 fn sum_seq(node: &Node) -> u64 {
     let l = node.left.as_deref().map_or(0, sum_seq);
     let r = node.right.as_deref().map_or(0, sum_seq);
+    node.val + l + r
+}
+
+/// `sum_seq` visiting the right child first, in the order chili's `join` runs its halves (`b`
+/// before `a`). The tree is allocated children before parent, so this order reads memory in
+/// falling address order, which the big tree rewards (see `docs/benchmarks-notes.md`).
+fn sum_seq_right_first(node: &Node) -> u64 {
+    let r = node.right.as_deref().map_or(0, sum_seq_right_first);
+    let l = node.left.as_deref().map_or(0, sum_seq_right_first);
     node.val + l + r
 }
 
@@ -154,6 +164,11 @@ fn bench(c: &mut Criterion) {
         let tree = build(levels, &mut next).expect("non-empty tree");
         let expect = nodes * (nodes + 1) / 2;
         assert_eq!(sum_seq(&tree), expect, "sequential");
+        assert_eq!(
+            sum_seq_right_first(&tree),
+            expect,
+            "sequential, right first"
+        );
         multi.check(&tree, expect);
         one.check(&tree, expect);
 
@@ -165,6 +180,9 @@ fn bench(c: &mut Criterion) {
         multi.bench(&mut g, "", t, 1);
         one.bench(&mut g, "_1t", t, 1);
         g.bench_function("sequential", |b| b.iter(|| sum_seq(black_box(t))));
+        g.bench_function("sequential_right_first", |b| {
+            b.iter(|| sum_seq_right_first(black_box(t)))
+        });
         g.finish();
 
         if levels == 10 {

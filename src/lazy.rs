@@ -26,15 +26,17 @@ use crate::job::JobRef;
 use crate::sync::{AtomicBool, Ordering};
 
 /// The private join halves of one worker, oldest first. Not `Sync`: the owner's alone.
-pub struct PrivateHalves {
-    /// `halves[i]` is the `b` of the join at nesting depth `i` on this thread's stack; entries
-    /// at or above `len` are stale.
-    halves: UnsafeCell<Vec<JobRef>>,
+///
+/// Generic over the half's handle only so that the loom model (`tests/loom_join.rs`) can run
+/// this very code with plain numbers; the pool uses [`JobRef`]s.
+pub struct PrivateHalves<H = JobRef> {
+    /// `halves[i]` is the `b` of the join at nesting depth `i` on this thread's stack.
+    halves: UnsafeCell<Vec<H>>,
     /// `halves[..promoted]` were promoted (pushed to the deque) and are no longer private.
     promoted: Cell<usize>,
 }
 
-impl Default for PrivateHalves {
+impl<H> Default for PrivateHalves<H> {
     fn default() -> Self {
         PrivateHalves {
             halves: UnsafeCell::new(Vec::with_capacity(64)),
@@ -43,10 +45,10 @@ impl Default for PrivateHalves {
     }
 }
 
-impl PrivateHalves {
+impl<H: Copy> PrivateHalves<H> {
     /// Keeps `half` private; returns its slot, for [`PrivateHalves::take_back`].
     #[inline]
-    pub fn push(&self, half: JobRef) -> usize {
+    pub fn push(&self, half: H) -> usize {
         // SAFETY: only the owning thread reaches this (the type is not `Sync`), and no reference
         // into the vector outlives a call.
         let halves = unsafe { &mut *self.halves.get() };
@@ -73,7 +75,7 @@ impl PrivateHalves {
 
     /// Makes the oldest private half public: the caller pushes it where thieves can take it.
     #[inline]
-    pub fn promote_oldest(&self) -> Option<JobRef> {
+    pub fn promote_oldest(&self) -> Option<H> {
         // SAFETY: as in `push`.
         let halves = unsafe { &*self.halves.get() };
         let oldest = *halves.get(self.promoted.get())?;

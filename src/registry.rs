@@ -459,7 +459,8 @@ impl WorkerThread {
     #[inline]
     pub fn push_half(&self, half: JobRef) -> usize {
         let slot = self.halves.push(half);
-        self.serve_request();
+        // Whether a half was promoted does not matter here: the joiner runs `a` either way.
+        let _ = self.serve_request();
         slot
     }
 
@@ -471,19 +472,20 @@ impl WorkerThread {
     }
 
     /// If an idle worker asked this one for work, promotes the oldest private half to the deque.
+    /// Returns whether it promoted one.
     #[inline]
-    fn serve_request(&self) {
+    fn serve_request(&self) -> bool {
         // SAFETY: the flag lives in the registry, which this worker's `Arc` keeps alive.
-        if unsafe { &*self.request }.take() {
-            self.promote_oldest();
-        }
+        unsafe { &*self.request }.take() && self.promote_oldest()
     }
 
     #[cold]
-    fn promote_oldest(&self) {
-        if let Some(half) = self.take_own_half() {
+    fn promote_oldest(&self) -> bool {
+        let half = self.take_own_half();
+        if let Some(half) = half {
             self.push(half);
         }
+        half.is_some()
     }
 
     /// Promotes the oldest private half for this thread itself to run, as if a thief had asked
@@ -521,12 +523,15 @@ impl WorkerThread {
     pub fn wait_until(&self, done: impl Fn() -> bool) {
         let mut idle = 0;
         while !done() {
-            // Private halves of the jobs this thread waits in are work a thief may ask for. A
-            // request stays up while there is none, for the next join to serve.
-            if self.halves.any() {
-                self.serve_request();
-            }
-            if let Some(job) = self.find_work().or_else(|| self.take_own_half()) {
+            // Private halves of the jobs this thread waits in are work a thief may ask for (a
+            // request stays up while there is none, for the next join to serve). A half just
+            // promoted is left to the thief for this round: the thread's own pop would win it.
+            let job = if self.halves.any() && self.serve_request() {
+                self.steal_injected().or_else(|| self.steal_from_others())
+            } else {
+                self.find_work().or_else(|| self.take_own_half())
+            };
+            if let Some(job) = job {
                 // SAFETY: jobs in the queues are alive and run once, on a worker of their pool.
                 unsafe { job.run() };
                 idle = 0;

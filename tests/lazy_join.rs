@@ -1,0 +1,113 @@
+//! Lazy join (`src/lazy.rs`): a `join`'s `b` stays private to its joiner's thread until an idle
+//! worker asks for work; then the joiner promotes its oldest private half at its next `join`.
+//! These tests force promotions (an `a` that joins in a loop until `b` has run elsewhere) and
+//! check that every half runs exactly once, that the panic of a promoted half is raised as any
+//! half's, and that the bounds hold. (A promoted half handed back for want of a token is in
+//! `tests/executor.rs::a_waiting_thread_hands_back_its_own_join_half_instead_of_burying_a_lender`
+//! and in the loom model `tests/loom_join.rs`.)
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use common::{pool, watchdog};
+
+/// Joins (with empty halves) until `done`: each join entry is where this thread serves a
+/// pending work request, promoting its oldest private half.
+fn join_until(done: impl Fn() -> bool) {
+    while !done() {
+        treepool::join(|| {}, std::hint::spin_loop);
+    }
+}
+
+/// Counts, per leaf, the runs of a join tree of `levels` levels.
+fn tree(levels: u32, first: usize, runs: &[AtomicUsize]) {
+    if levels == 0 {
+        runs[first].fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let half = 1 << (levels - 1);
+    treepool::join(
+        || tree(levels - 1, first, runs),
+        || tree(levels - 1, first + half, runs),
+    );
+}
+
+#[test]
+fn every_half_runs_once_when_halves_are_promoted_and_stolen() {
+    watchdog(60, || {
+        let pool = pool(4, 8);
+        let runs: Vec<AtomicUsize> = (0..1 << 14).map(|_| AtomicUsize::new(0)).collect();
+        let stolen_ran = AtomicBool::new(false);
+        pool.install(|| {
+            treepool::join(
+                // Keep this thread joining until `b` ran on another worker, so at least one
+                // promotion and one steal happen whatever the timing.
+                || join_until(|| stolen_ran.load(Ordering::SeqCst)),
+                || {
+                    tree(14, 0, &runs);
+                    stolen_ran.store(true, Ordering::SeqCst);
+                },
+            )
+        });
+        assert!(runs.iter().all(|r| r.load(Ordering::Relaxed) == 1));
+        common::wait_idle(&pool);
+        let stats = pool.stats();
+        assert!(stats.promotions >= 1 && stats.steals >= 1, "{stats:?}");
+        assert!(stats.peak_executing <= 8, "{stats:?}");
+        common::assert_idle(&stats);
+    });
+}
+
+#[test]
+fn a_panic_in_a_stolen_half_is_raised_by_join_after_both_halves_ran() {
+    watchdog(60, || {
+        let pool = pool(2, 4);
+        let b_started = AtomicBool::new(false);
+        let a_finished = AtomicBool::new(false);
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pool.install(|| {
+                treepool::join(
+                    || {
+                        join_until(|| b_started.load(Ordering::SeqCst));
+                        a_finished.store(true, Ordering::SeqCst);
+                    },
+                    || {
+                        b_started.store(true, Ordering::SeqCst);
+                        panic!("b panicked on a thief");
+                    },
+                )
+            })
+        }));
+        let payload = caught.expect_err("join re-raises b's panic");
+        assert_eq!(
+            payload.downcast_ref::<&str>(),
+            Some(&"b panicked on a thief")
+        );
+        assert!(a_finished.load(Ordering::SeqCst));
+        common::wait_idle(&pool);
+        common::assert_idle(&pool.stats());
+    });
+}
+
+#[test]
+fn deep_join_recursion_outgrows_the_private_stack() {
+    fn depth(n: u64) -> u64 {
+        if n == 0 {
+            return 0;
+        }
+        let (a, b) = treepool::join(|| depth(n - 1), || 1);
+        a + b
+    }
+    watchdog(60, || {
+        let pool = treepool::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .stack_size(64 << 20)
+            .build()
+            .unwrap();
+        // Far more nested joins than the private stack's first allocation holds.
+        assert_eq!(pool.install(|| depth(20_000)), 20_000);
+        common::wait_idle(&pool);
+        common::assert_idle(&pool.stats());
+    });
+}
