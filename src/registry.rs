@@ -526,7 +526,8 @@ impl WorkerThread {
             // Private halves of the jobs this thread waits in are work a thief may ask for (a
             // request stays up while there is none, for the next join to serve). A half just
             // promoted is left to the thief for this round: the thread's own pop would win it.
-            let job = if self.halves.any() && self.serve_request() {
+            let served = self.halves.any() && self.serve_request();
+            let job = if served {
                 self.steal_injected().or_else(|| self.steal_from_others())
             } else {
                 self.find_work().or_else(|| self.take_own_half())
@@ -535,6 +536,13 @@ impl WorkerThread {
                 // SAFETY: jobs in the queues are alive and run once, on a worker of their pool.
                 unsafe { job.run() };
                 idle = 0;
+                continue;
+            }
+            if served {
+                // The thief's window. Never sleep after such a round: it did not look at this
+                // thread's own deque or private halves, and a sleeper must have none (the half
+                // it waits for may be one of them).
+                thread::yield_now();
                 continue;
             }
             self.ask_for_work();
