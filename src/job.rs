@@ -380,6 +380,7 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
         // itself while helping deeper in its stack (the joiner's own pop-back calls
         // `run_inline` instead). Either way `b` would start above frames it is not part of, so
         // it must be admitted like any job, or go back to the joiner unrun (B3, B5).
+        crate::chaos::point();
         let registry = worker.registry();
         // SAFETY: the joiner's job is alive while the joiner waits for this job.
         let lender = LenderRef::new(unsafe { registry.new_child(job.parent) });
@@ -394,6 +395,7 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
         unsafe {
             let func = (*job.func.get()).take().expect("a job runs once");
             worker.run_admitted(lender, || *job.result.get() = JobResult::call(func));
+            crate::chaos::point();
             Latch::set(&*job.latch, registry);
         }
     }

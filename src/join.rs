@@ -47,6 +47,7 @@ where
     // SAFETY: as in `join_in_worker`; this is the same job, to compare against.
     let b_ref = unsafe { job_b.as_job_ref() };
     loop {
+        crate::chaos::point();
         if job_b.latch.probe() {
             break;
         }

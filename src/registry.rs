@@ -459,6 +459,7 @@ impl WorkerThread {
     #[inline]
     pub fn push_half(&self, half: JobRef) -> usize {
         let slot = self.halves.push(half);
+        crate::chaos::point();
         // Whether a half was promoted does not matter here: the joiner runs `a` either way.
         let _ = self.serve_request();
         slot
@@ -483,7 +484,11 @@ impl WorkerThread {
     fn promote_oldest(&self) -> bool {
         let half = self.take_own_half();
         if let Some(half) = half {
-            self.push(half);
+            self.deque.push(half);
+            // With the fence of `new_work`, unlike other pushes to the own deque: the thread
+            // that asked may be settling into sleep, and missing it would leave it asleep while
+            // this thread's remaining halves stay private (a sleeper asks no more).
+            self.registry.sleep.new_work();
         }
         half.is_some()
     }
@@ -498,10 +503,19 @@ impl WorkerThread {
         Some(half)
     }
 
-    /// Asks a random other worker to promote a join half, for this idle one to steal.
-    fn ask_for_work(&self) {
+    /// Asks other workers to promote a join half, for this idle one to steal: a random one while
+    /// it spins, `everyone` before it sleeps (a sleeper asks no more, so its last request must
+    /// reach whichever worker is busy).
+    fn ask_for_work(&self, everyone: bool) {
         let n = self.registry.num_threads();
-        if n > 1 {
+        if n == 1 {
+            return;
+        }
+        if everyone {
+            (0..n)
+                .filter(|&v| v != self.index)
+                .for_each(|v| self.registry.requests.flag(v).raise());
+        } else {
             let victim = (self.index + 1 + self.next_random() % (n - 1)) % n;
             self.registry.requests.flag(victim).raise();
         }
@@ -532,6 +546,7 @@ impl WorkerThread {
             } else {
                 self.find_work().or_else(|| self.take_own_half())
             };
+            crate::chaos::point();
             if let Some(job) = job {
                 // SAFETY: jobs in the queues are alive and run once, on a worker of their pool.
                 unsafe { job.run() };
@@ -545,11 +560,14 @@ impl WorkerThread {
                 thread::yield_now();
                 continue;
             }
-            self.ask_for_work();
             if idle < SPIN_ROUNDS {
+                self.ask_for_work(false);
                 idle += 1;
                 thread::yield_now();
             } else {
+                // Every busy worker will promote a half at its next join, and that promotion
+                // wakes a sleeper (`promote_oldest`): no private work outlives every awake thief.
+                self.ask_for_work(true);
                 self.registry
                     .sleep
                     .sleep(self.index, || self.has_work(), &done);

@@ -111,3 +111,31 @@ fn deep_join_recursion_outgrows_the_private_stack() {
         common::assert_idle(&pool.stats());
     });
 }
+
+#[test]
+fn a_joiner_gets_its_b_stolen_after_every_other_worker_went_to_sleep() {
+    // A sleeping worker asks no more, so its last request must reach whichever worker becomes
+    // busy, and the promotion that serves it must wake a sleeper. Here `b` runs only if it is
+    // promoted and stolen: before the fix, with the other workers asleep, it never was.
+    watchdog(60, || {
+        // Many workers, so that an idle worker's random requests (one victim per round) miss
+        // the busy one: only the requests made before sleeping reach it for sure.
+        let pool = pool(64, 64);
+        for _ in 0..5 {
+            // Not a race hidden by a delay: the condition under test is a pool whose workers
+            // all went to sleep (after 64 idle rounds each), which takes a moment of idleness.
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            let b_ran = AtomicBool::new(false);
+            pool.install(|| {
+                // A tiny join first: it serves whatever request the idle period left raised.
+                treepool::join(|| {}, || {});
+                treepool::join(
+                    || join_until(|| b_ran.load(Ordering::SeqCst)),
+                    || b_ran.store(true, Ordering::SeqCst),
+                )
+            });
+        }
+        common::wait_idle(&pool);
+        common::assert_idle(&pool.stats());
+    });
+}

@@ -21,6 +21,14 @@
 //!
 //! Each model checks that every half runs exactly once and that the owner saw both results.
 //!
+//! A third model, `a_thief_that_asked_before_sleeping_is_woken_by_the_promotion`, runs the real
+//! [`Sleep`] with the real [`RequestFlag`]: a thief raises the busy worker's flag and sleeps
+//! until the deque holds work; the busy worker, which goes on joining, serves the request as
+//! `WorkerThread::promote_oldest` does (a deque push, then `Sleep::new_work`). A lost wake-up
+//! leaves the thief blocked forever, which loom reports as a deadlock. With
+//! `Sleep::new_local_work` (no fence) in place of `new_work` it fails: that is why a promotion,
+//! unlike other pushes to a worker's own deque, fences.
+//!
 //! # What is assumed
 //!
 //! The deque is a loom `Mutex<VecDeque>` (push and pop at the back by the owner, steal at the
@@ -35,11 +43,11 @@ mod loom_model;
 
 use std::collections::VecDeque;
 
-use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use loom::sync::atomic::{fence, AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use loom::sync::Mutex;
 use loom::thread;
 use loom_model::model;
-use treepool::__loom::{Arc, PrivateHalves, RequestFlag};
+use treepool::__loom::{Arc, PrivateHalves, RequestFlag, Sleep};
 
 const UNSET: u8 = 0;
 const SET: u8 = 1;
@@ -174,4 +182,40 @@ fn a_promoted_half_runs_once_when_its_taker_admits_it() {
 #[test]
 fn a_promoted_half_runs_once_when_its_taker_hands_it_back() {
     nested_joins_against_a_thief(false);
+}
+
+/// Whether the (modelled) deque holds work, read as `WorkerThread::has_work` does (see
+/// `tests/loom_sleep.rs`: crossbeam's `Stealer::is_empty` fences between its loads).
+fn has_work(work: &AtomicBool) -> bool {
+    // SeqCst fence: as in crossbeam's `Stealer::is_empty`.
+    fence(Ordering::SeqCst);
+    work.load(Ordering::Acquire)
+}
+
+#[test]
+fn a_thief_that_asked_before_sleeping_is_woken_by_the_promotion() {
+    model(None, || {
+        let sleep = Arc::new(Sleep::new(2));
+        let request = Arc::new(RequestFlag::default());
+        let work = Arc::new(AtomicBool::new(false));
+        let busy = {
+            let (sleep, request, work) = (sleep.clone(), request.clone(), work.clone());
+            thread::spawn(move || {
+                // Worker 0 goes on joining; each join checks its flag.
+                while !request.take() {
+                    thread::yield_now();
+                }
+                // `promote_oldest`: the push, then the fenced announcement.
+                work.store(true, Ordering::Release);
+                sleep.new_work();
+            })
+        };
+        // Worker 1: its last request before sleeping (`ask_for_work(true)`), then the sleep loop
+        // of `wait_until`.
+        request.raise();
+        while !has_work(&work) {
+            sleep.sleep(1, || has_work(&work), || false);
+        }
+        busy.join().unwrap();
+    });
 }
