@@ -7,7 +7,8 @@
 //! whoever takes a promoted half from there (a thief, or this thread helping deeper in its
 //! stack) admits it (see [`JoinJob`]); if it cannot, it hands `b` back and the joiner runs it
 //! inline. The joiner of a promoted half pops it back if no one took it; it never blocks: while
-//! `b` is away it runs other admitted jobs.
+//! `b` is away it runs other admitted jobs. A thread that already keeps `KEPT_HALVES` private
+//! halves, and is not asked for work, does not keep another: it runs `a` and `b` as plain calls.
 
 use crate::job::{join_values, JobResult, JoinJob};
 use crate::registry::WorkerThread;
@@ -21,6 +22,10 @@ where
     RA: Send,
     RB: Send,
 {
+    if worker.join_plainly() {
+        let result_a = JobResult::call(a);
+        return join_values(result_a, JobResult::call(b));
+    }
     let job_b = JoinJob::new(b, worker.index(), worker.current_ptr());
     // SAFETY: `job_b` stays on this frame until it is taken back, popped back or its latch is
     // set below.

@@ -16,7 +16,9 @@
 //! half is part of its joiner's job.
 //!
 //! Why oldest first: the oldest half is the shallowest in the joiner's stack, so in a balanced
-//! tree it is the largest piece of work, and a thief that takes it will not ask again soon.
+//! tree it is the largest piece of work, and a thief that takes it will not ask again soon. For
+//! the same reason a worker keeps at most [`KEPT_HALVES`] private halves: a deeper join, made
+//! while no one asks, runs both halves as plain calls (see `WorkerThread::join_plainly`).
 
 use std::cell::{Cell, UnsafeCell};
 
@@ -86,10 +88,19 @@ impl<H: Copy> PrivateHalves<H> {
     /// Whether any half is private.
     #[inline]
     pub fn any(&self) -> bool {
+        self.private() > 0
+    }
+
+    /// How many halves are private.
+    #[inline]
+    pub fn private(&self) -> usize {
         // SAFETY: as in `push`.
-        unsafe { &*self.halves.get() }.len() > self.promoted.get()
+        unsafe { &*self.halves.get() }.len() - self.promoted.get()
     }
 }
+
+/// How many private halves a worker keeps before its joins stop keeping their `b`.
+pub const KEPT_HALVES: usize = 3;
 
 /// One worker's work request flag: raised by idle workers, lowered by the worker when it
 /// promotes a half.
@@ -106,6 +117,13 @@ impl RequestFlag {
         if !self.0.load(Ordering::Relaxed) {
             self.0.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// Whether someone asked for work (the flag stays as it is).
+    #[inline]
+    pub fn is_raised(&self) -> bool {
+        // Relaxed: as in `raise`.
+        self.0.load(Ordering::Relaxed)
     }
 
     /// Whether someone asked for work; lowers the flag if so.

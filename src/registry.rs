@@ -465,6 +465,14 @@ impl WorkerThread {
         slot
     }
 
+    /// Whether this join may skip keeping its `b` at all: enough private halves are kept below
+    /// it for any thief that asks, and none asks now.
+    #[inline]
+    pub fn join_plainly(&self) -> bool {
+        // SAFETY: the flag lives in the registry, which this worker's `Arc` keeps alive.
+        self.halves.private() >= crate::lazy::KEPT_HALVES && !unsafe { &*self.request }.is_raised()
+    }
+
     /// Whether the half kept in `slot` is still private, for its joiner to run inline; drops the
     /// slot either way.
     #[inline]

@@ -18,7 +18,7 @@ use crate::token::TokenTable;
 /// max_inflight`, `executing <= max_inflight + calls_in` and `inflight <= (max_inflight +
 /// calls_in) * peak_depth`, where `calls_in` counts the calls into this pool made from jobs of
 /// other pools that are in progress (each runs on its caller's credit, see
-/// [`ThreadPool::install`]); with no such calls these are the bounds B1 and B2 with
+/// [`ThreadPool::install`](crate::ThreadPool::install)); with no such calls these are the bounds B1 and B2 with
 /// `max_inflight` alone. Once the pool is idle, `inflight`, `executing`, `tokens_in_use` and
 /// `calls_in` are zero.
 ///

@@ -91,7 +91,7 @@ fn a_panic_in_a_stolen_half_is_raised_by_join_after_both_halves_ran() {
 }
 
 #[test]
-fn deep_join_recursion_outgrows_the_private_stack() {
+fn a_deep_join_recursion_on_two_threads_returns_every_value() {
     fn depth(n: u64) -> u64 {
         if n == 0 {
             return 0;
@@ -105,7 +105,7 @@ fn deep_join_recursion_outgrows_the_private_stack() {
             .stack_size(64 << 20)
             .build()
             .unwrap();
-        // Far more nested joins than the private stack's first allocation holds.
+        // 20,000 nested joins: three keep their `b` (promoted on request), the rest are plain.
         assert_eq!(pool.install(|| depth(20_000)), 20_000);
         common::wait_idle(&pool);
         common::assert_idle(&pool.stats());
@@ -135,6 +135,37 @@ fn a_joiner_gets_its_b_stolen_after_every_other_worker_went_to_sleep() {
                 )
             });
         }
+        common::wait_idle(&pool);
+        common::assert_idle(&pool.stats());
+    });
+}
+
+#[test]
+fn a_plain_join_runs_b_even_when_a_panics() {
+    // Below three kept private halves a join keeps no `b` and makes two plain calls; `b` still
+    // runs when `a` panics, and the panic is raised once both ran, as for any join.
+    fn nest(levels: u32, b_ran: &AtomicBool) {
+        if levels == 0 {
+            treepool::join(
+                || panic!("a panicked in a plain join"),
+                || b_ran.store(true, Ordering::SeqCst),
+            );
+            return;
+        }
+        treepool::join(|| nest(levels - 1, b_ran), || {});
+    }
+    watchdog(60, || {
+        let pool = pool(1, 1);
+        let b_ran = AtomicBool::new(false);
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pool.install(|| nest(5, &b_ran));
+        }));
+        let payload = caught.expect_err("join re-raises a's panic");
+        assert_eq!(
+            payload.downcast_ref::<&str>(),
+            Some(&"a panicked in a plain join")
+        );
+        assert!(b_ran.load(Ordering::SeqCst));
         common::wait_idle(&pool);
         common::assert_idle(&pool.stats());
     });
