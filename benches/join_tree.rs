@@ -12,6 +12,11 @@
 //! * `sequential`: the same recursion with plain calls; `sequential_right_first` visits the
 //!   right child first, as chili runs `b` before `a`.
 //!
+//! `build` allocates each node after its children, so a right-first walk reads the big tree in
+//! falling address order and runs much faster than a left-first one. The group
+//! `join_tree_levelorder_1048575_t<threads>` repeats the 2^20 − 1 sum on a tree allocated level
+//! by level, where neither order reads memory in address order.
+//!
 //! Group `join_tree_1023x200_t<threads>` (`treepool`, `rayon`, `chili`, multi-thread pools): one
 //! measured iteration sums the 1,023-node tree 200 times in a row, many short fork-join bursts.
 //!
@@ -57,6 +62,39 @@ fn build(levels: u32, next: &mut u64) -> Option<Box<Node>> {
     let left = build(levels - 1, next);
     let right = build(levels - 1, next);
     Some(Box::new(Node { val, left, right }))
+}
+
+/// The same tree with its nodes allocated level by level (breadth first, values 1..=n in that
+/// order), so that neither a left-first nor a right-first walk reads memory in address order:
+/// the tree `build` makes is allocated children before parent, which a right-first walk (chili
+/// runs `b` before `a`) reads in falling address order.
+fn build_level_order(levels: u32) -> Box<Node> {
+    let mut next = 0;
+    let mut rows: Vec<Vec<Box<Node>>> = (0..levels)
+        .map(|level| {
+            (0..1u64 << level)
+                .map(|_| {
+                    next += 1;
+                    Box::new(Node {
+                        val: next,
+                        left: None,
+                        right: None,
+                    })
+                })
+                .collect()
+        })
+        .collect();
+    // Link bottom up; moving a `Box` keeps its allocation where it is.
+    while rows.len() > 1 {
+        let children = rows.pop().expect("a row of children");
+        let parents = rows.last_mut().expect("a row of parents");
+        let mut children = children.into_iter();
+        for parent in parents.iter_mut() {
+            parent.left = children.next();
+            parent.right = children.next();
+        }
+    }
+    rows.pop().and_then(|mut row| row.pop()).expect("a root")
 }
 
 /// `reps` runs of `f` in a row, their results added (one measured iteration).
@@ -191,6 +229,22 @@ fn bench(c: &mut Criterion) {
             g.finish();
         }
     }
+
+    let tree = build_level_order(20);
+    let expect = ((1u64 << 20) - 1) * (1u64 << 20) / 2;
+    assert_eq!(sum_seq(&tree), expect, "sequential, level-order tree");
+    multi.check(&tree, expect);
+    one.check(&tree, expect);
+    let mut g = c.benchmark_group(common::group_name("join_tree_levelorder_1048575", threads));
+    g.sampling_mode(SamplingMode::Flat);
+    let t = &*tree;
+    multi.bench(&mut g, "", t, 1);
+    one.bench(&mut g, "_1t", t, 1);
+    g.bench_function("sequential", |b| b.iter(|| sum_seq(black_box(t))));
+    g.bench_function("sequential_right_first", |b| {
+        b.iter(|| sum_seq_right_first(black_box(t)))
+    });
+    g.finish();
 
     let mut g = c.benchmark_group(common::group_name("install_roundtrip", threads));
     g.bench_function("treepool", |b| {
