@@ -7,8 +7,9 @@
 //! whoever takes a promoted half from there (a thief, or this thread helping deeper in its
 //! stack) admits it (see [`JoinJob`]); if it cannot, it hands `b` back and the joiner runs it
 //! inline. The joiner of a promoted half pops it back if no one took it; it never blocks: while
-//! `b` is away it runs other admitted jobs. A thread that already keeps `KEPT_HALVES` private
-//! halves, and is not asked for work, does not keep another: it runs `a` and `b` as plain calls.
+//! `b` is away it runs other admitted jobs. A job that already keeps `KEPT_HALVES` private
+//! halves, on a thread that is not asked for work, does not keep another: it runs `a` and `b`
+//! as plain calls.
 
 use crate::job::{join_values, JobResult, JoinJob};
 use crate::registry::WorkerThread;

@@ -17,7 +17,7 @@
 //!
 //! Why oldest first: the oldest half is the shallowest in the joiner's stack, so in a balanced
 //! tree it is the largest piece of work, and a thief that takes it will not ask again soon. For
-//! the same reason a worker keeps at most [`KEPT_HALVES`] private halves: a deeper join, made
+//! the same reason a job keeps at most [`KEPT_HALVES`] private halves: a deeper join, made
 //! while no one asks, runs both halves as plain calls (see `WorkerThread::join_plainly`).
 
 use std::cell::{Cell, UnsafeCell};
@@ -36,6 +36,9 @@ pub struct PrivateHalves<H = JobRef> {
     halves: UnsafeCell<Vec<H>>,
     /// `halves[..promoted]` were promoted (pushed to the deque) and are no longer private.
     promoted: Cell<usize>,
+    /// `halves[..base]` belong to the jobs below the one the thread runs now (it took that job
+    /// while they waited); only the halves above count towards [`KEPT_HALVES`].
+    base: Cell<usize>,
 }
 
 impl<H> Default for PrivateHalves<H> {
@@ -43,6 +46,7 @@ impl<H> Default for PrivateHalves<H> {
         PrivateHalves {
             halves: UnsafeCell::new(Vec::with_capacity(64)),
             promoted: Cell::new(0),
+            base: Cell::new(0),
         }
     }
 }
@@ -94,12 +98,38 @@ impl<H: Copy> PrivateHalves<H> {
     /// How many halves are private.
     #[inline]
     pub fn private(&self) -> usize {
+        self.len() - self.promoted.get()
+    }
+
+    /// How many halves the current job keeps private (its own joins' halves, not those of the
+    /// jobs it runs above).
+    #[inline]
+    pub fn kept_by_current_job(&self) -> usize {
+        self.len() - self.promoted.get().max(self.base.get())
+    }
+
+    /// A job starts on this thread, above every half kept now; returns the outer job's mark, for
+    /// [`PrivateHalves::leave_job`].
+    #[inline]
+    pub fn enter_job(&self) -> usize {
+        self.base.replace(self.len())
+    }
+
+    /// The job started by the matching [`PrivateHalves::enter_job`] returned (its joins have all
+    /// taken their slots back).
+    #[inline]
+    pub fn leave_job(&self, outer: usize) {
+        self.base.set(outer);
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
         // SAFETY: as in `push`.
-        unsafe { &*self.halves.get() }.len() - self.promoted.get()
+        unsafe { &*self.halves.get() }.len()
     }
 }
 
-/// How many private halves a worker keeps before its joins stop keeping their `b`.
+/// How many private halves a job keeps before its joins stop keeping their `b`.
 pub const KEPT_HALVES: usize = 3;
 
 /// One worker's work request flag: raised by idle workers, lowered by the worker when it

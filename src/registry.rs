@@ -408,11 +408,13 @@ impl WorkerThread {
         self.current.get()
     }
 
-    /// Runs `f` with `job` as this thread's current job.
+    /// Runs `f` with `job` as this thread's current job, above the private halves kept now.
     #[inline]
     pub fn with_current<T>(&self, job: *const Lender, f: impl FnOnce() -> T) -> T {
         let outer = self.current.replace(job);
+        let outer_base = self.halves.enter_job();
         let value = f();
+        self.halves.leave_job(outer_base);
         self.current.set(outer);
         value
     }
@@ -465,12 +467,15 @@ impl WorkerThread {
         slot
     }
 
-    /// Whether this join may skip keeping its `b` at all: enough private halves are kept below
-    /// it for any thief that asks, and none asks now.
+    /// Whether this join may skip keeping its `b` at all: the current job keeps enough private
+    /// halves below it for any thief that asks, and none asks now. Halves of other jobs, buried
+    /// under this one while they wait, do not count: this job's own `b`s must be kept, so that a
+    /// wait in its `a` can take them (`take_own_half`) whatever it runs above.
     #[inline]
     pub fn join_plainly(&self) -> bool {
         // SAFETY: the flag lives in the registry, which this worker's `Arc` keeps alive.
-        self.halves.private() >= crate::lazy::KEPT_HALVES && !unsafe { &*self.request }.is_raised()
+        self.halves.kept_by_current_job() >= crate::lazy::KEPT_HALVES
+            && !unsafe { &*self.request }.is_raised()
     }
 
     /// Whether the half kept in `slot` is still private, for its joiner to run inline; drops the

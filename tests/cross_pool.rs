@@ -937,3 +937,56 @@ fn shape_3_a_join_in_b_calls_back_into_a_from_both_halves() {
         assert_idle_and_bounded(&b, 2, "B");
     });
 }
+
+#[test]
+fn shape_2_started_above_three_kept_joins_of_another_job() {
+    // Shape 2's job Q, started while A's only thread waits (in a call into pool C) inside three
+    // nested joins of another job J1, which keep their `b`s. Q's `join` must keep its own `b`
+    // (a thread keeps up to three private halves *per job*): else `y` is kept nowhere, and `x`
+    // waits through B for it forever. Found by the adversarial review of the lazy join.
+    fn nest(depth: usize, inner: &(dyn Fn() + Sync)) {
+        if depth == 0 {
+            inner()
+        } else {
+            treepool::join(|| nest(depth - 1, inner), || ());
+        }
+    }
+    watchdog(60, || {
+        let (a, b, c) = (pool(1, 4), pool(1, 1), pool(1, 1));
+        let y_started = AtomicBool::new(false);
+        let j1_inner = AtomicBool::new(false);
+        std::thread::scope(|threads| {
+            let j1 = threads.spawn(|| {
+                a.install(|| {
+                    nest(3, &|| {
+                        j1_inner.store(true, Ordering::SeqCst);
+                        // Q is admitted; give it a moment to reach A's injector, so that A's
+                        // thread takes it while it waits below. (If it has not, the test
+                        // passes without covering the case; it cannot fail for it.)
+                        spin_until(|| a.stats().inflight >= 2);
+                        std::thread::sleep(Duration::from_millis(20));
+                        c.install(|| std::thread::sleep(Duration::from_millis(100)));
+                    })
+                })
+            });
+            spin_until(|| j1_inner.load(Ordering::SeqCst));
+            let (x, y) = a.install(|| {
+                treepool::join(
+                    || {
+                        b.install(|| {
+                            spin_until(|| y_started.load(Ordering::SeqCst));
+                            a.install(|| 10) + 1
+                        })
+                    },
+                    || {
+                        y_started.store(true, Ordering::SeqCst);
+                        b.install(|| 20)
+                    },
+                )
+            });
+            assert_eq!((x, y), (11, 20));
+            j1.join().unwrap();
+        });
+        assert_idle_and_bounded(&a, 1, "A");
+    });
+}
