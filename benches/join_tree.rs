@@ -191,60 +191,49 @@ impl Pools {
     }
 }
 
+/// Checks every sum of the complete tree `tree` of `levels` levels, then benches it in the group
+/// `<name>_<nodes>_t<threads>`: the pools (`pools[0]` multi-thread, `pools[1]` one thread) and
+/// both sequential walks.
+fn tree_group(c: &mut Criterion, name: &str, levels: u32, tree: &Node, pools: [&Pools; 2]) {
+    let nodes = (1u64 << levels) - 1;
+    let expect = nodes * (nodes + 1) / 2;
+    assert_eq!(sum_seq(tree), expect, "sequential");
+    assert_eq!(sum_seq_right_first(tree), expect, "sequential, right first");
+    let [multi, one] = pools;
+    multi.check(tree, expect);
+    one.check(tree, expect);
+
+    let threads = common::bench_threads();
+    let mut g = c.benchmark_group(common::group_name(&format!("{name}_{nodes}"), threads));
+    if levels >= 16 {
+        g.sampling_mode(SamplingMode::Flat);
+    }
+    multi.bench(&mut g, "", tree, 1);
+    one.bench(&mut g, "_1t", tree, 1);
+    g.bench_function("sequential", |b| b.iter(|| sum_seq(black_box(tree))));
+    g.bench_function("sequential_right_first", |b| {
+        b.iter(|| sum_seq_right_first(black_box(tree)))
+    });
+    g.finish();
+}
+
 fn bench(c: &mut Criterion) {
     let threads = common::bench_threads();
     let multi = Pools::new(threads);
     let one = Pools::new(1);
 
     for levels in [10u32, 20] {
-        let nodes = (1u64 << levels) - 1;
         let mut next = 0;
         let tree = build(levels, &mut next).expect("non-empty tree");
-        let expect = nodes * (nodes + 1) / 2;
-        assert_eq!(sum_seq(&tree), expect, "sequential");
-        assert_eq!(
-            sum_seq_right_first(&tree),
-            expect,
-            "sequential, right first"
-        );
-        multi.check(&tree, expect);
-        one.check(&tree, expect);
-
-        let mut g = c.benchmark_group(common::group_name(&format!("join_tree_{nodes}"), threads));
-        if levels >= 16 {
-            g.sampling_mode(SamplingMode::Flat);
-        }
-        let t = &*tree;
-        multi.bench(&mut g, "", t, 1);
-        one.bench(&mut g, "_1t", t, 1);
-        g.bench_function("sequential", |b| b.iter(|| sum_seq(black_box(t))));
-        g.bench_function("sequential_right_first", |b| {
-            b.iter(|| sum_seq_right_first(black_box(t)))
-        });
-        g.finish();
-
+        tree_group(c, "join_tree", levels, &tree, [&multi, &one]);
         if levels == 10 {
             let mut g = c.benchmark_group(common::group_name("join_tree_1023x200", threads));
-            multi.bench(&mut g, "", t, 200);
+            multi.bench(&mut g, "", &tree, 200);
             g.finish();
         }
     }
-
     let tree = build_level_order(20);
-    let expect = ((1u64 << 20) - 1) * (1u64 << 20) / 2;
-    assert_eq!(sum_seq(&tree), expect, "sequential, level-order tree");
-    multi.check(&tree, expect);
-    one.check(&tree, expect);
-    let mut g = c.benchmark_group(common::group_name("join_tree_levelorder_1048575", threads));
-    g.sampling_mode(SamplingMode::Flat);
-    let t = &*tree;
-    multi.bench(&mut g, "", t, 1);
-    one.bench(&mut g, "_1t", t, 1);
-    g.bench_function("sequential", |b| b.iter(|| sum_seq(black_box(t))));
-    g.bench_function("sequential_right_first", |b| {
-        b.iter(|| sum_seq_right_first(black_box(t)))
-    });
-    g.finish();
+    tree_group(c, "join_tree_levelorder", 20, &tree, [&multi, &one]);
 
     let mut g = c.benchmark_group(common::group_name("install_roundtrip", threads));
     g.bench_function("treepool", |b| {

@@ -878,6 +878,27 @@ fn shape_1_a_job_on_a_loan_calls_b_whose_only_job_calls_back_into_a() {
     });
 }
 
+/// Shape 2's job Q, run in A: join(x, y); x calls into B, and its B job waits until y has
+/// started, then calls back into A; y calls into B while x's job may hold B's only token.
+fn shape_2(a: &treepool::ThreadPool, b: &treepool::ThreadPool) {
+    let y_started = AtomicBool::new(false);
+    let (x, y) = a.install(|| {
+        treepool::join(
+            || {
+                b.install(|| {
+                    spin_until(|| y_started.load(Ordering::SeqCst));
+                    a.install(|| 10) + 1
+                })
+            },
+            || {
+                y_started.store(true, Ordering::SeqCst);
+                b.install(|| 20)
+            },
+        )
+    });
+    assert_eq!((x, y), (11, 20));
+}
+
 #[test]
 fn shape_2_both_join_halves_call_b_and_b_calls_back_into_a() {
     // A: 1 thread, 1 token; B: 1 thread, 1 token. Q runs join(x, y) in A; x calls into B, and
@@ -886,22 +907,7 @@ fn shape_2_both_join_halves_call_b_and_b_calls_back_into_a() {
     watchdog(60, || {
         let a = pool(1, 1);
         let b = pool(1, 1);
-        let y_started = AtomicBool::new(false);
-        let (x, y) = a.install(|| {
-            treepool::join(
-                || {
-                    b.install(|| {
-                        spin_until(|| y_started.load(Ordering::SeqCst));
-                        a.install(|| 10) + 1
-                    })
-                },
-                || {
-                    y_started.store(true, Ordering::SeqCst);
-                    b.install(|| 20)
-                },
-            )
-        });
-        assert_eq!((x, y), (11, 20));
+        shape_2(&a, &b);
         assert_idle_and_bounded(&a, 1, "A");
         assert_idle_and_bounded(&b, 2, "B");
     });
@@ -953,7 +959,6 @@ fn shape_2_started_above_three_kept_joins_of_another_job() {
     }
     watchdog(60, || {
         let (a, b, c) = (pool(1, 4), pool(1, 1), pool(1, 1));
-        let y_started = AtomicBool::new(false);
         let j1_inner = AtomicBool::new(false);
         std::thread::scope(|threads| {
             let j1 = threads.spawn(|| {
@@ -970,21 +975,7 @@ fn shape_2_started_above_three_kept_joins_of_another_job() {
                 })
             });
             spin_until(|| j1_inner.load(Ordering::SeqCst));
-            let (x, y) = a.install(|| {
-                treepool::join(
-                    || {
-                        b.install(|| {
-                            spin_until(|| y_started.load(Ordering::SeqCst));
-                            a.install(|| 10) + 1
-                        })
-                    },
-                    || {
-                        y_started.store(true, Ordering::SeqCst);
-                        b.install(|| 20)
-                    },
-                )
-            });
-            assert_eq!((x, y), (11, 20));
+            shape_2(&a, &b);
             j1.join().unwrap();
         });
         assert_idle_and_bounded(&a, 1, "A");

@@ -80,10 +80,7 @@ fn a_panic_in_a_stolen_half_is_raised_by_join_after_both_halves_ran() {
             })
         }));
         let payload = caught.expect_err("join re-raises b's panic");
-        assert_eq!(
-            payload.downcast_ref::<&str>(),
-            Some(&"b panicked on a thief")
-        );
+        assert_eq!(common::describe(payload), "b panicked on a thief");
         assert!(a_finished.load(Ordering::SeqCst));
         common::wait_idle(&pool);
         common::assert_idle(&pool.stats());
@@ -161,10 +158,7 @@ fn a_plain_join_runs_b_even_when_a_panics() {
             pool.install(|| nest(5, &b_ran));
         }));
         let payload = caught.expect_err("join re-raises a's panic");
-        assert_eq!(
-            payload.downcast_ref::<&str>(),
-            Some(&"a panicked in a plain join")
-        );
+        assert_eq!(common::describe(payload), "a panicked in a plain join");
         assert!(b_ran.load(Ordering::SeqCst));
         common::wait_idle(&pool);
         common::assert_idle(&pool.stats());
