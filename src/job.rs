@@ -111,7 +111,8 @@ fn join_panicked<A, B>(a: JobResult<A>, b: JobResult<B>) -> ! {
 
 /// What a token granter needs to start a job that waited for admission.
 pub struct Ticket {
-    /// The job to make runnable.
+    /// The job to make runnable: by its granter, unless `waker` is a worker of the job's pool,
+    /// which pushes it itself once it sees the admission (see `Registry::start_granted`).
     pub job: JobRef,
     /// The thread waiting in the spawn call, to wake once the job is admitted; `None` when the
     /// spawner did not wait (a spawn from a worker of another pool).
@@ -171,8 +172,21 @@ impl<F: FnOnce() + Send> HeapJob<F> {
         })
     }
 
-    /// Admits the job into `registry` and makes it runnable (see [`Registry::admit`]).
+    /// Admits the job into `registry` and makes it runnable (see [`Registry::admit`]). A job of a
+    /// scope must have been counted in the scope already.
     pub fn admit(self: Box<Self>, registry: &Registry) {
+        self.admit_counting(registry, std::ptr::null());
+    }
+
+    /// [`HeapJob::admit`] for a job of a scope spawned on a worker of `registry`: the job is
+    /// counted in its scope at admission, or takes over a finished job's place in the count.
+    pub fn admit_in_scope(self: Box<Self>, registry: &Registry) {
+        let scope = self.scope;
+        self.admit_counting(registry, scope);
+    }
+
+    /// [`HeapJob::admit`], counting the job in `count_in` unless null.
+    fn admit_counting(self: Box<Self>, registry: &Registry, count_in: *const CountLatch) {
         let job = self.into_job_ref();
         // The lender's address is the job's (`repr(C)`, first field), taken from the job's raw
         // pointer rather than from `&self.lender`: it must be valid for the whole job, which
@@ -181,8 +195,9 @@ impl<F: FnOnce() + Send> HeapJob<F> {
         let lender = job.data as *const Lender;
         // SAFETY: the lender lives in the job, which stays put until it runs and is freed only
         // with its last reference, and `admit` does not dereference it once the job is
-        // runnable.
-        unsafe { registry.admit(lender, job) };
+        // runnable. `count_in` is null or the job's scope, which outlives it, and on which the
+        // spawning job or body holds a count.
+        unsafe { registry.admit(lender, job, count_in) };
     }
 
     /// Admits the job now if a token is free (its parent's, else the pool's) and makes it
@@ -219,7 +234,7 @@ impl<F: FnOnce() + Send> HeapJob<F> {
         worker.run_admitted(lender, body);
         if !scope.is_null() {
             // SAFETY: the scope waits for this count before it returns, so the latch is alive.
-            unsafe { CountLatch::decrement(scope, worker.registry()) };
+            unsafe { worker.count_down(scope) };
         }
     }
 
@@ -251,6 +266,7 @@ impl<F: FnOnce() + Send> Deferred for HeapJob<F> {
     fn admit_as_child(mut self: Box<Self>, registry: &Registry) {
         // The lender made on the other pool's worker was a root and was never shared.
         self.lender = registry.new_lender().embedded(Self::free);
+        // Counted in the scope when it was spawned.
         self.admit(registry);
     }
 }

@@ -156,7 +156,7 @@ where
     match here {
         Some(_) => registry.admit_on_credit(&lender, job_ref),
         // SAFETY: `lender` lives on this frame for the whole call.
-        None => unsafe { registry.admit(LenderRef::as_ptr(&lender), job_ref) },
+        None => unsafe { registry.admit(LenderRef::as_ptr(&lender), job_ref, std::ptr::null()) },
     }
     wait_on(here, || job.latch.probe());
     job.into_value()

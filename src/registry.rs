@@ -16,7 +16,7 @@ use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 use std::io::Write;
 
 use crate::job::{drop_quietly, JobRef, Ticket};
-use crate::latch::WakeTarget;
+use crate::latch::{CountLatch, WakeTarget};
 use crate::lazy::{PrivateHalves, RequestFlag, WorkRequests};
 use crate::sleep::Sleep;
 use crate::stats::{Counter, Counters, Stats};
@@ -164,7 +164,8 @@ impl Registry {
         self.make_runnable(job);
     }
 
-    /// Admits the job `job` of `*lender` into this pool and makes it runnable.
+    /// Admits the job `job` of `*lender` into this pool and makes it runnable, counting it in
+    /// `scope` first (unless null) if the calling thread is a worker of this pool.
     ///
     /// While no token is free: a worker of this pool waits, running other admitted jobs; a
     /// thread outside every pool parks; a worker of *another* pool does not wait at all (it
@@ -172,14 +173,24 @@ impl Registry {
     /// deadlock): the job is queued, and whoever frees a token makes it runnable. Returns once
     /// the job is admitted, or queued.
     ///
+    /// A worker counts the job in `scope` at the last moment: after its admission, or just
+    /// before it registers as a waiter (its granter may make it runnable). In the help-first
+    /// loop the job may instead take over the place in `scope`'s count of a finished job of the
+    /// same scope whose token it takes (see [`WorkerThread::count_down`]): neither touches the
+    /// count. Other threads must have counted the job in already, and pass null.
+    ///
     /// # Safety
     /// `lender` points to a live `Arc` that stays put until `job` is runnable; it may live
     /// inside `job`, so it is not dereferenced once the job can run (a reference would have to
     /// stay valid for the whole call). Admission then costs no reference-count traffic on it.
-    pub unsafe fn admit(&self, lender: *const Lender, job: JobRef) {
+    /// `scope` is null or a latch that outlives the job, on which the calling job holds a count.
+    pub unsafe fn admit(&self, lender: *const Lender, job: JobRef, scope: *const CountLatch) {
+        // SAFETY: the caller's contract (the count the caller holds keeps it above zero).
+        let count_in = || unsafe { scope.as_ref() }.map_or((), CountLatch::increment);
         // SAFETY: `lender` is valid until `job` is runnable (caller's contract); the reference
         // lives for this call only, which makes nothing runnable.
         if self.try_admit(unsafe { &*lender }) {
+            count_in();
             self.make_runnable(job);
             return;
         }
@@ -189,11 +200,15 @@ impl Registry {
         let own = here.filter(|w| w.registry.id == self.id);
         if let Some(worker) = own {
             // SAFETY: as above: `job` is not runnable yet while the loop runs.
-            if worker.help_until_admitted(|| unsafe { &*lender }) {
+            if let Some(counted) = worker.help_until_admitted(|| unsafe { &*lender }, scope) {
+                if !counted {
+                    count_in();
+                }
                 worker.push(job);
                 return;
             }
         }
+        count_in();
         // From here on the job may run and free the lender it holds: take a reference.
         // SAFETY: as above.
         let lender = &unsafe { LenderRef::clone_raw(lender) };
@@ -224,6 +239,11 @@ impl Registry {
             return;
         }
         wait_on(here, || lender.admission().is_some());
+        if let Some(worker) = own {
+            // Granted while this thread waited: its granter left the job to this thread (see
+            // `start_granted`).
+            worker.push(job);
+        }
         if let Some(child) = self.tokens.settle(lender) {
             self.start_granted(child);
         }
@@ -233,8 +253,8 @@ impl Registry {
     /// pool token into `spare`, if given and free, for a spawner of the calling thread).
     #[inline]
     pub fn finish_job(&self, lender: LenderRef, spare: Option<&Spare>) {
-        self.counters.job_finished();
-        if let Some(child) = self.tokens.finish(lender, spare) {
+        let count_out = || self.counters.job_finished();
+        if let Some(child) = self.tokens.finish(lender, spare, count_out) {
             self.start_granted(child);
         }
     }
@@ -274,32 +294,38 @@ impl Registry {
         }
     }
 
-    /// A waiting job was granted a token by this thread: count it, make it runnable, and wake
-    /// the thread waiting in its spawn call.
+    /// A waiting job was granted a token by this thread: count it, and wake the thread waiting
+    /// in its spawn call. The job is made runnable here, unless that thread is a worker of this
+    /// pool: then it pushes the job itself, to its own deque, once it sees the admission. So a
+    /// spawner whose loan came back from a child run by another worker keeps its children on its
+    /// own thread (where they were allocated, and where its next spawn's help-first loop pops
+    /// them back), instead of feeding them one by one to the worker that returned the loan.
+    /// The delay is bounded: a worker that waits for an admission checks for it after every job
+    /// it runs meanwhile, and is woken if asleep.
     fn start_granted(&self, child: LenderRef) {
         let how = child.admission().expect("a granted job is admitted");
         self.note_admitted(&child, how);
         // SAFETY: this thread's grant won the child's admission, so the ticket is ours.
         let ticket = unsafe { child.take_ticket() }.expect("a waiting job has a ticket");
-        self.make_runnable(ticket.job);
         match ticket.waker {
             // The spawner is this very thread (it freed the token while helping): it sees the
             // admission when it next checks.
             Some(WakeTarget::Worker(index)) if self.slot() == index => {}
-            Some(waker) => waker.wake(self),
+            Some(WakeTarget::Worker(index)) => {
+                self.sleep.wake_worker(index);
+            }
+            Some(waker) => {
+                self.make_runnable(ticket.job);
+                waker.wake(self);
+            }
             // A spawn from another pool's worker did not wait for its admission.
-            None => {}
+            None => self.make_runnable(ticket.job),
         }
     }
 
     #[inline]
     fn note_admitted(&self, lender: &Lender, how: Admission) {
-        let counter = match how {
-            Admission::Loan => Counter::AdmittedOnLoan,
-            Admission::Pool => Counter::AdmittedFromPool,
-            Admission::Credit => Counter::AdmittedOnCredit,
-        };
-        self.counters.bump(self.slot(), counter);
+        self.counters.bump(self.slot(), admission_counter(how));
         self.counters.job_admitted(lender.level());
     }
 
@@ -323,6 +349,16 @@ impl Registry {
             Some(w) if w.registry.id == self.id => w.index,
             _ => self.num_threads(),
         }
+    }
+}
+
+/// The event counter of an admission.
+#[inline]
+fn admission_counter(how: Admission) -> Counter {
+    match how {
+        Admission::Loan => Counter::AdmittedOnLoan,
+        Admission::Pool => Counter::AdmittedFromPool,
+        Admission::Credit => Counter::AdmittedOnCredit,
     }
 }
 
@@ -354,6 +390,23 @@ std::thread_local! {
     static WORKER: Cell<*const WorkerThread> = const { Cell::new(ptr::null()) };
 }
 
+/// The scope of the spawn waiting in `help_until_admitted`, and whether a finished job of that
+/// scope handed it its place in the scope's count (with its token, in `Spare`). Plain cells: only
+/// the owning thread touches them.
+struct CountHandoff {
+    scope: Cell<*const CountLatch>,
+    passed: Cell<bool>,
+}
+
+impl Default for CountHandoff {
+    fn default() -> Self {
+        CountHandoff {
+            scope: Cell::new(ptr::null()),
+            passed: Cell::new(false),
+        }
+    }
+}
+
 /// A worker thread's own state, reachable from its thread-local.
 pub struct WorkerThread {
     deque: Worker<JobRef>,
@@ -363,6 +416,8 @@ pub struct WorkerThread {
     current: Cell<*const Lender>,
     /// A token kept for the spawn waiting in `help_until_admitted`, from a job that loop ran.
     spare: Spare,
+    /// The place in a scope's count that goes with the token in `spare`.
+    handoff: CountHandoff,
     /// The `b` halves of the joins this thread is in, not yet visible to thieves.
     halves: PrivateHalves,
     /// This worker's flag in `registry.requests`, checked at every join.
@@ -433,27 +488,59 @@ impl WorkerThread {
     /// The help-first loop of a spawn that found no token free: runs the newest jobs of this
     /// worker's deque (usually the siblings whose tokens the spawn waits for, so running one
     /// frees a token without any queueing or wake-up) until `lender()` is admitted, on a token
-    /// one of them left in `spare` or by `try_admit`. Returns whether it was; `false` when the
-    /// deque ran dry first.
-    fn help_until_admitted<'a>(&self, lender: impl Fn() -> &'a Lender) -> bool {
+    /// one of them left in `spare` or by `try_admit`. Returns `None` when the deque ran dry
+    /// first, else whether the job came with a place in the count of `scope` (the spawn's scope,
+    /// or null), handed over by the job whose token it took (see [`WorkerThread::count_down`]).
+    fn help_until_admitted<'a>(
+        &self,
+        lender: impl Fn() -> &'a Lender,
+        scope: *const CountLatch,
+    ) -> Option<bool> {
         let outer = self.spare.want(self.current.get());
+        let outer_scope = self.handoff.scope.replace(scope);
         let admitted = loop {
             let Some(ready) = self.pop() else {
-                break false;
+                break None;
             };
             // SAFETY: jobs in the deque are alive and run once, on a worker of their pool.
             unsafe { ready.run() };
             let registry = &self.registry;
-            if let Some(how) = registry.tokens.admit_spare(lender(), &self.spare) {
-                registry.note_admitted(lender(), how);
-                break true;
+            if let Some((how, counted)) = registry.tokens.admit_spare(lender(), &self.spare) {
+                if counted {
+                    // The finished job's place in the in-flight count passed to this one.
+                    registry.counters.job_carried_in(lender().level());
+                    registry.counters.bump(self.index, admission_counter(how));
+                } else {
+                    registry.note_admitted(lender(), how);
+                }
+                break Some(self.handoff.passed.replace(false));
             }
             if registry.try_admit(lender()) {
-                break true;
+                break Some(false);
             }
         };
+        debug_assert!(!self.handoff.passed.get(), "a scope count handed to no one");
+        self.handoff.scope.set(outer_scope);
         self.spare.restore(outer);
         admitted
+    }
+
+    /// A job of `scope` that this thread ran has finished: counts it out of `scope`, unless its
+    /// token was just kept in `spare` for a spawn of the same scope waiting in
+    /// `help_until_admitted` (the loop that ran it). Then the spawned job takes over the
+    /// finished one's place in the count, and the scope's shared counter is not touched at all:
+    /// in a spawning loop at saturation that is most spawns.
+    ///
+    /// # Safety
+    /// `scope` is alive, and the finished job holds a place in its count.
+    #[inline]
+    pub unsafe fn count_down(&self, scope: *const CountLatch) {
+        if self.spare.holds() && self.handoff.scope.get() == scope && !self.handoff.passed.get() {
+            self.handoff.passed.set(true);
+            return;
+        }
+        // SAFETY: the caller's contract.
+        unsafe { CountLatch::decrement(scope, &self.registry) };
     }
 
     /// Keeps a join's `b` private to this thread (see `lazy`); returns its slot. Serves a
@@ -657,6 +744,7 @@ pub fn main_loop(seed: WorkerSeed, registry: Arc<Registry>, on_start: impl FnOnc
         registry,
         current: Cell::new(ptr::null()),
         spare: Spare::default(),
+        handoff: CountHandoff::default(),
         halves: PrivateHalves::default(),
         request,
         rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ (seed.index as u64 + 1).wrapping_mul(0xA24B_AED4)),

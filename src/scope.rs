@@ -89,7 +89,6 @@ impl<'scope> Scope<'scope> {
     where
         F: FnOnce(&Scope<'scope>) + Send + 'scope,
     {
-        self.latch.increment();
         let scope = ScopePtr(self, PhantomData);
         let body = move || {
             let scope = scope.get();
@@ -99,10 +98,14 @@ impl<'scope> Scope<'scope> {
         };
         let job = HeapJob::new(self.registry.new_lender(), body, &self.latch);
         match WorkerThread::current() {
-            Some(w) if w.registry().id() == self.registry.id() => job.admit(&self.registry),
+            // Counted in the scope at admission (see `Registry::admit`).
+            Some(w) if w.registry().id() == self.registry.id() => {
+                job.admit_in_scope(&self.registry)
+            }
             // Another pool's worker, or a thread outside every pool that a job of this scope
             // started and waits for: waiting for a token here could wait for the owner's.
             _ => {
+                self.latch.increment();
                 if let Err(job) = job.offer(&self.registry) {
                     self.defer(job);
                 }

@@ -9,36 +9,52 @@
 //! A worker that found nothing to do for a while calls [`Sleep::sleep`]:
 //! 1. it counts itself in `sleepers` (SeqCst), reads the `announcements` counter, and checks once
 //!    more for work and for its own latch;
-//! 2. under its own mutex it checks that no work was announced since step 1 and that its latch is
-//!    still unset, marks itself blocked and waits on its condvar.
+//! 2. under its own mutex it raises its `asleep` flag (SeqCst, then a SeqCst fence), checks that
+//!    no work was announced since step 1 and that its latch is still unset, marks itself blocked
+//!    and waits on its condvar. If a check fails it lowers the flag and leaves.
+//!
+//! Whoever wakes a blocked worker (clears `blocked` under its mutex) also lowers its `asleep`
+//! flag and takes it out of `sleepers`: from then on it counts as awake, and it is, or is about
+//! to be, running its wait loop again, which looks for work before it could sleep again. A worker
+//! that leaves `sleep` without being woken takes itself out of `sleepers`.
 //!
 //! A thread that makes work available calls [`Sleep::new_work`] after publishing it: if anyone
 //! counts as a sleeper it bumps `announcements` and wakes one blocked worker. A worker that
 //! pushed to its own deque calls [`Sleep::new_local_work`], the same without the fence (see
-//! there why a missed sleeper is harmless then). A thread that sets a
-//! latch calls [`Sleep::wake_worker`] for the latch's owner.
+//! there why a missed sleeper is harmless then). A thread that sets a latch calls
+//! [`Sleep::wake_worker`] for the latch's owner. Neither takes the mutex of a worker whose
+//! `asleep` flag is down: a hot path (every spawn pushes, every loan returned across threads
+//! wakes its spawner) never blocks on a lock that a worker settling into sleep holds.
 //!
-//! No lost wake-up: the SeqCst `sleepers` increment and the SeqCst fence in `new_work` order the
-//! two sides, so either the sleeper's step-1 check sees the work, or the announcer sees the
-//! sleeper; then the sleeper either sees the announcement in step 2 or is already blocked when the
-//! announcer takes its mutex to wake it. A latch is set before its setter takes the owner's mutex,
-//! and the owner checks it under that mutex, so the same argument holds per worker.
+//! No lost wake-up:
+//! * work: the SeqCst `sleepers` increment and the SeqCst fence in `new_work` order the two
+//!   sides, so either the sleeper's step-1 check sees the work, or the announcer sees the
+//!   sleeper. Then the announcer's `announcements` increment and the sleeper's flag (each
+//!   SeqCst, each followed by a SeqCst fence and a load of the other) are the same
+//!   store-fence-load handshake: either the sleeper's step-2 load sees the announcement, or the
+//!   announcer sees the flag up, takes the mutex, and finds the worker blocked (or gone);
+//! * a latch: it is set, then a SeqCst fence, then the owner's flag is read; the owner raises
+//!   its flag, fences, then reads its latch. Either the owner sees the latch, or the setter sees
+//!   the flag up and takes the mutex, under which the owner is blocked or has left.
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{fence, lock, wait, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::sync::{fence, lock, wait, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
 
 /// The blocking state of one worker.
 struct WorkerSleep {
     /// `true` while the worker is blocked on `wake`.
     blocked: Mutex<bool>,
     wake: Condvar,
+    /// Up from just before the worker's last checks under `blocked` until it is woken or leaves:
+    /// a waker that sees it down needs no lock (see the module doc).
+    asleep: AtomicBool,
 }
 
 /// The sleep state of a pool's workers.
 pub struct Sleep {
     workers: Box<[CachePadded<WorkerSleep>]>,
-    /// Workers between step 1 and waking up.
+    /// Workers between step 1 and being woken (or leaving without blocking).
     sleepers: CachePadded<AtomicUsize>,
     /// Bumped by `new_work` whenever a sleeper may have missed the work.
     announcements: AtomicUsize,
@@ -53,6 +69,7 @@ impl Sleep {
                     CachePadded::new(WorkerSleep {
                         blocked: Mutex::new(false),
                         wake: Condvar::new(),
+                        asleep: AtomicBool::new(false),
                     })
                 })
                 .collect(),
@@ -70,14 +87,28 @@ impl Sleep {
         if !has_work() && !done() {
             let me = &self.workers[index];
             let mut blocked = lock(&me.blocked);
+            // SeqCst store and fence: the sleeper's half of the flag handshakes (module doc).
+            me.asleep.store(true, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
             if self.announcements.load(Ordering::SeqCst) == seen && !done() {
                 *blocked = true;
                 while *blocked {
                     blocked = wait(&me.wake, blocked);
                 }
+                // The waker lowered the flag and took this worker out of `sleepers`.
+                return;
             }
+            // Relaxed: written under the mutex, which a waker takes before it trusts the flag.
+            me.asleep.store(false, Ordering::Relaxed);
         }
-        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+        self.leave();
+    }
+
+    /// Takes one worker out of `sleepers`.
+    fn leave(&self) {
+        // SeqCst: part of the handshake with `new_work` (a later `sleep` counts itself in again).
+        let was = self.sleepers.fetch_sub(1, Ordering::SeqCst);
+        debug_assert!(was > 0, "a worker left sleep twice");
     }
 
     /// Work was published to the injector, where no worker may look unless woken: wakes a
@@ -108,24 +139,52 @@ impl Sleep {
     /// Announces new work to the sleepers and wakes one that is blocked.
     #[cold]
     fn wake_one(&self) {
+        // SeqCst increment and fence: the announcer's half of the flag handshake, before the
+        // flags are read (store, fence, load on both sides).
         self.announcements.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         for index in 0..self.workers.len() {
-            if self.wake_worker(index) {
+            if self.wake_if_asleep(index) {
                 return;
             }
         }
     }
 
-    /// Wakes worker `index` if it is blocked (its latch was set). Returns whether it was.
+    /// Wakes worker `index` if it is blocked (its latch was set, before this call). Returns
+    /// whether it was.
     pub fn wake_worker(&self, index: usize) -> bool {
+        // SeqCst fence: orders the caller's latch store before the flag load (the setter's half
+        // of the flag handshake).
+        fence(Ordering::SeqCst);
+        self.wake_if_asleep(index)
+    }
+
+    /// Wakes worker `index` if its flag is up and it is blocked. The caller has fenced (SeqCst)
+    /// after the write the worker must see.
+    fn wake_if_asleep(&self, index: usize) -> bool {
         let w = &self.workers[index];
+        // SeqCst: the load of the handshakes; down means the worker will see the caller's write
+        // (it raises the flag, fences, then checks).
+        if !w.asleep.load(Ordering::SeqCst) {
+            return false;
+        }
         let mut blocked = lock(&w.blocked);
         if !*blocked {
             return false;
         }
         *blocked = false;
+        // Relaxed: the worker reads it only under the mutex, held here.
+        w.asleep.store(false, Ordering::Relaxed);
+        self.leave();
         w.wake.notify_one();
         true
+    }
+
+    /// Workers counted as sleepers now (for the loom models).
+    #[cfg(loom)]
+    pub fn sleepers(&self) -> usize {
+        // SeqCst: as every access to the count.
+        self.sleepers.load(Ordering::SeqCst)
     }
 
     /// Wakes every blocked worker (the pool is shutting down).

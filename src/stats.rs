@@ -101,17 +101,20 @@ pub enum Counter {
     Promotions,
 }
 
-/// The exact in-flight count and its peaks, together on one cache line.
+/// The exact in-flight count and its peak, together on one cache line (every change of the
+/// count may raise the peak).
 #[derive(Default)]
 struct Flight {
     inflight: AtomicUsize,
     peak_inflight: AtomicUsize,
-    peak_depth: AtomicUsize,
 }
 
 /// A pool's counters.
 pub struct Counters {
     flight: CachePadded<Flight>,
+    /// On a line of its own: read at every admission and almost never written, so it stays in
+    /// every core's cache, where next to the in-flight count it would move with every change.
+    peak_depth: CachePadded<AtomicUsize>,
     /// One row per worker, and a last one shared by threads outside the pool.
     per_thread: Box<[CachePadded<[AtomicU64; 7]>]>,
 }
@@ -121,6 +124,7 @@ impl Counters {
     pub fn new(num_threads: usize) -> Self {
         Counters {
             flight: CachePadded::new(Flight::default()),
+            peak_depth: CachePadded::new(AtomicUsize::new(0)),
             per_thread: (0..=num_threads)
                 .map(|_| CachePadded::new(Default::default()))
                 .collect(),
@@ -145,7 +149,7 @@ impl Counters {
     #[inline]
     pub fn job_admitted(&self, level: usize) {
         // The depth first, so that no snapshot shows `inflight > cap × peak_depth`.
-        raise(&self.flight.peak_depth, level, Ordering::Relaxed);
+        raise(&self.peak_depth, level, Ordering::Relaxed);
         // Release: a snapshot that reads this count (acquire) sees the depth raised above, and
         // the token this job took before it was counted.
         let now = self.flight.inflight.fetch_add(1, Ordering::Release) + 1;
@@ -153,7 +157,14 @@ impl Counters {
         raise(&self.flight.peak_inflight, now, Ordering::Release);
     }
 
-    /// A job's body returned.
+    /// A job at `level` was admitted on the token of a finished job, taking over that job's
+    /// place in the in-flight count (see `Spare`): the count and its peak do not change.
+    #[inline]
+    pub fn job_carried_in(&self, level: usize) {
+        raise(&self.peak_depth, level, Ordering::Relaxed);
+    }
+
+    /// A job's body returned, and its place in the in-flight count is not taken over.
     #[inline]
     pub fn job_finished(&self) {
         // Relaxed: as in `job_admitted`.
@@ -170,7 +181,7 @@ impl Counters {
         let inflight = self.flight.inflight.load(Ordering::Acquire);
         let peak_inflight = self.flight.peak_inflight.load(Ordering::Acquire);
         // Relaxed: ordered after the acquires above.
-        let peak_depth = self.flight.peak_depth.load(Ordering::Relaxed);
+        let peak_depth = self.peak_depth.load(Ordering::Relaxed);
         let now = tokens.count();
         // The executing peak before the credit peak: see `TokenTable::note_admission`.
         let peak_executing = tokens.peak_executing().max(now.pool + now.credit);

@@ -115,8 +115,9 @@ pub struct Lender {
     /// The job that spawned this one, the lender of its loan; null for a root. Not counted: see
     /// "Lifetimes" in the module doc for why it is alive whenever it is used.
     parent: *const Lender,
-    /// Root = 1, child = parent + 1.
-    level: usize,
+    /// Root = 1, child = parent + 1 (32 bits: no stack nests that deep, and it packs with
+    /// `admission`).
+    level: u32,
     /// Counted references ([`LenderRef`]): the job's runner, and the queue entry, borrower slot
     /// or parked loan that holds it.
     refs: AtomicUsize,
@@ -125,7 +126,7 @@ pub struct Lender {
     free: unsafe fn(*const Lender),
     /// What the granter makes runnable: written before the job is registered as a waiter, taken
     /// by the one thread whose compare-and-swap admitted it.
-    ticket: UnsafeCell<Option<Ticket>>,
+    ticket: UnsafeCell<Option<Box<Ticket>>>,
 }
 
 // SAFETY: every field but `ticket`, `parent` and `free` is Sync (`free` is a plain function). `ticket` is written only by the
@@ -164,7 +165,7 @@ impl Lender {
     /// The job's level: root = 1.
     #[inline]
     pub fn level(&self) -> usize {
-        self.level
+        self.level as usize
     }
 
     /// How the job was admitted, or `None` while it waits.
@@ -181,13 +182,16 @@ impl Lender {
         unsafe { self.parent.as_ref() }
     }
 
-    /// Stores what a granter must make runnable.
+    /// Stores what a granter must make runnable. Boxed: only a spawn that registers as a waiter
+    /// needs one, and keeping it out of line keeps every job's allocation small (a spawned job
+    /// is freed on whichever thread ran it, and the allocator frees small blocks across threads
+    /// without taking the allocating thread's lock).
     ///
     /// # Safety
     /// Only before the lender is passed to [`TokenTable::register`], by the thread that created it.
     pub unsafe fn set_ticket(&self, ticket: Ticket) {
         // SAFETY: the caller is the only thread that can reach the lender's ticket yet.
-        unsafe { *self.ticket.get() = Some(ticket) }
+        unsafe { *self.ticket.get() = Some(Box::new(ticket)) }
     }
 
     /// Takes the ticket stored by [`Lender::set_ticket`].
@@ -196,7 +200,7 @@ impl Lender {
     /// Only by the thread that admitted this lender (the winner of its admission).
     pub unsafe fn take_ticket(&self) -> Option<Ticket> {
         // SAFETY: the caller won the admission CAS, so no other thread touches the ticket.
-        unsafe { (*self.ticket.get()).take() }
+        unsafe { (*self.ticket.get()).take() }.map(|ticket| *ticket)
     }
 
     /// Marks the job admitted as `how` if it is still pending. Exactly one caller wins.
@@ -475,6 +479,8 @@ pub struct Spare {
     for_job: Cell<*const Lender>,
     /// What is kept for it: `PENDING` (nothing), `LOAN` (its own token) or `POOL`.
     held: Cell<u8>,
+    /// Whether the kept token came with its finished job's place in the in-flight count.
+    counted: Cell<bool>,
 }
 
 impl Default for Spare {
@@ -482,6 +488,7 @@ impl Default for Spare {
         Spare {
             for_job: Cell::new(ptr::null()),
             held: Cell::new(PENDING),
+            counted: Cell::new(false),
         }
     }
 }
@@ -508,15 +515,24 @@ impl Spare {
         self.for_job.get()
     }
 
-    /// Keeps the token of a finished job, admitted as `how` with parent `parent`, if it can go
-    /// to the waiting spawn: any pool token, or a loan of the spawning job's own token.
+    /// Whether a token is kept now (the waiting spawn takes it as soon as the job that left it
+    /// returns).
     #[inline]
-    fn keep(&self, how: u8, parent: *const Lender) -> bool {
+    pub fn holds(&self) -> bool {
+        self.held.get() != PENDING
+    }
+
+    /// Keeps the token of a finished job, admitted as `how` with parent `parent`, if it can go
+    /// to the waiting spawn: any pool token, or a loan of the spawning job's own token; with the
+    /// job's place in the in-flight count if `counted`.
+    #[inline]
+    fn keep(&self, how: u8, parent: *const Lender, counted: bool) -> bool {
         let fits = how == POOL || (how == LOAN && parent == self.for_job.get());
         if !fits || self.held.get() != PENDING {
             return false;
         }
         self.held.set(how);
+        self.counted.set(counted);
         true
     }
 }
@@ -719,7 +735,16 @@ impl TokenTable {
     ///
     /// `spare`: where the calling thread may keep the token instead of releasing it, for a
     /// spawner of its own that waits for one (see [`Spare`]); `None` if none waits.
-    pub fn finish(&self, job: LenderRef, spare: Option<&Spare>) -> Option<LenderRef> {
+    ///
+    /// `count_out`: takes the job out of the in-flight count. Called once, before the token can
+    /// reach anyone else, unless the token is kept in `spare`: then the job's place in the count
+    /// goes with its token to the spawn waiting there (see [`Spare`]).
+    pub fn finish(
+        &self,
+        job: LenderRef,
+        spare: Option<&Spare>,
+        count_out: impl FnOnce(),
+    ) -> Option<LenderRef> {
         // Acquire: see the last loan's return (its release CAS) before the token moves on.
         if job.lending.load(Ordering::Acquire) & LENT == 0 {
             // Not lent, and never lent again: only the job's own spawns and its stolen join
@@ -727,8 +752,10 @@ impl TokenTable {
             // So no other thread reads or writes its lending word any more, and `FINISHED`,
             // which only a loan's returner reads, need not be set: a leaf costs no RMW here.
             chaos::point();
-            return self.give_back(job, spare);
+            return self.give_back(job, spare, Some(count_out));
         }
+        // Out of the count before the loan's returner can release the token.
+        count_out();
         // AcqRel: pairs with the loan's return (exactly one of the two releases the token).
         let was = job.lending.fetch_or(FINISHED, Ordering::AcqRel);
         debug_assert_eq!(
@@ -744,27 +771,29 @@ impl TokenTable {
             return None;
         }
         chaos::point();
-        self.give_back(job, spare)
+        self.give_back(job, spare, None::<fn()>)
     }
 
     /// Passes the token of `job`, which holds it unlent and has finished, to where it came from,
-    /// or into `spare` if it can go to the spawn waiting there.
-    fn give_back(&self, job: LenderRef, spare: Option<&Spare>) -> Option<LenderRef> {
+    /// or into `spare` if it can go to the spawn waiting there. `count_out` is the job's place in
+    /// the in-flight count if it still has one (see [`TokenTable::finish`]): called before the
+    /// token can reach another job, or kept in `spare` with the token.
+    fn give_back(
+        &self,
+        job: LenderRef,
+        spare: Option<&Spare>,
+        mut count_out: Option<impl FnOnce()>,
+    ) -> Option<LenderRef> {
         let mut job = job;
         loop {
+            if spare.is_some_and(|s| self.keep_in(s, &job, count_out.is_some())) {
+                return None;
+            }
+            if let Some(count_out) = count_out.take() {
+                count_out();
+            }
             // Relaxed: the job's own admission, read by a thread that saw it run or finish.
             match job.admission.load(Ordering::Relaxed) {
-                // A pool token goes to the spare only while no job waits in the queue, which is
-                // first in line for it (else a spawning loop could starve a waiting root or a
-                // queued spawn from another pool for as long as it runs). A loan of the
-                // spawner's own token is its children's anyway (rule 3).
-                how @ (POOL | LOAN)
-                    if spare.is_some_and(|s| {
-                        (how == LOAN || self.waiters.is_empty()) && s.keep(how, job.parent)
-                    }) =>
-                {
-                    return None
-                }
                 POOL => return self.release_pool(),
                 CREDIT => {
                     self.release_credit();
@@ -784,14 +813,31 @@ impl TokenTable {
         }
     }
 
+    /// Keeps the token of `job` (finished, holding it unlent) in `spare` if it can go to the
+    /// spawn waiting there, with a place in the in-flight count if `counted`. A pool token goes
+    /// there only while no job waits in the queue, which is first in line for it (else a
+    /// spawning loop could starve a waiting root or a queued spawn from another pool for as long
+    /// as it runs). A loan of the spawner's own token is its children's anyway (rule 3).
+    #[inline]
+    fn keep_in(&self, spare: &Spare, job: &Lender, counted: bool) -> bool {
+        // Relaxed: the job's own admission, read by a thread that saw it run or finish.
+        let how = job.admission.load(Ordering::Relaxed);
+        match how {
+            POOL if !self.waiters.is_empty() => false,
+            POOL | LOAN => spare.keep(how, job.parent, counted),
+            _ => false,
+        }
+    }
+
     /// Admits `child`, a child of [`Spare::for_job`] that no other thread can see yet, on the
-    /// token kept in `spare`, if any.
-    pub fn admit_spare(&self, child: &Lender, spare: &Spare) -> Option<Admission> {
+    /// token kept in `spare`, if any. Returns how, and whether the token came with a place in
+    /// the in-flight count (then `child` takes it over and is not counted in again).
+    pub fn admit_spare(&self, child: &Lender, spare: &Spare) -> Option<(Admission, bool)> {
         let how = spare.held.replace(PENDING);
         let admission = decode(how)?;
         debug_assert_eq!(child.parent, spare.for_job.get());
         child.admit_unshared(how);
-        Some(admission)
+        Some((admission, spare.counted.get()))
     }
 
     /// A credit token's chain has ended.

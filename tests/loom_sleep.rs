@@ -16,6 +16,18 @@
 //! sleep may return spuriously); the other side publishes the condition and then calls
 //! `new_work()` (a job was pushed) or `wake_worker(0)` (the worker's latch was set). A lost
 //! wake-up leaves the worker blocked on its condvar forever, which loom reports as a deadlock.
+//! Every model ends with no worker counted as a sleeper ([`Sleep::sleepers`]): whoever wakes a
+//! worker takes it out of the count, and a worker that leaves on its own takes itself out, once
+//! (a second time trips a `debug_assert!`; CI runs the models with debug assertions).
+//!
+//! Shown to fail (each change made alone to `src/sleep.rs`, then reverted; a deadlock aborts the
+//! run at the first model that hits it):
+//! * without the SeqCst fence in `wake_worker`: model (b) deadlocks;
+//! * without the fence after the sleeper raises its `asleep` flag, or with the flag raised
+//!   `Relaxed` and no fence: models (a) to (d) deadlock;
+//! * without the fence after `wake_one`'s `announcements` increment, or without the increment:
+//!   model (a) deadlocks;
+//! * if a woken worker also takes itself out of `sleepers`: "a worker left sleep twice".
 //!
 //! # What is assumed
 //!
@@ -30,7 +42,7 @@
 #[path = "common/loom_model.rs"]
 mod loom_model;
 
-use loom::sync::atomic::{fence, AtomicBool, Ordering};
+use loom::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use loom::thread;
 use loom_model::model;
 use treepool::__loom::{Arc, Sleep};
@@ -61,6 +73,7 @@ fn new_work_wakes_sleeper() {
             sleep.sleep(0, || has_work(&work), || false);
         }
         pusher.join().unwrap();
+        assert_eq!(sleep.sleepers(), 0);
     });
 }
 
@@ -84,6 +97,7 @@ fn latch_wakes_owner() {
             sleep.sleep(0, || false, done);
         }
         setter.join().unwrap();
+        assert_eq!(sleep.sleepers(), 0);
     });
 }
 
@@ -120,5 +134,58 @@ fn chained_wake_ups() {
         sleep.wake_worker(1);
         pusher.join().unwrap();
         worker1.join().unwrap();
+        assert_eq!(sleep.sleepers(), 0);
     });
+}
+
+/// Model (d): two workers asleep, two jobs pushed one after the other, each `new_work()`. Each
+/// worker waits until it took a job. The first wake-up takes its worker out of `sleepers` at
+/// once, so the second push must still find (and wake) the other one, not a count that says no
+/// one sleeps while a worker is blocked.
+#[test]
+fn two_pushes_wake_two_sleepers() {
+    model(Some(2), || {
+        let sleep = Arc::new(Sleep::new(2));
+        let jobs = Arc::new(AtomicUsize::new(0));
+
+        let pusher = {
+            let (sleep, jobs) = (sleep.clone(), jobs.clone());
+            thread::spawn(move || {
+                for _ in 0..2 {
+                    jobs.fetch_add(1, Ordering::Release);
+                    sleep.new_work();
+                }
+            })
+        };
+        let worker1 = {
+            let (sleep, jobs) = (sleep.clone(), jobs.clone());
+            thread::spawn(move || take_one(&sleep, 1, &jobs))
+        };
+        take_one(&sleep, 0, &jobs);
+        pusher.join().unwrap();
+        worker1.join().unwrap();
+        assert_eq!(sleep.sleepers(), 0);
+    });
+}
+
+/// Worker `index` sleeps until it takes one of `jobs`.
+fn take_one(sleep: &Sleep, index: usize, jobs: &AtomicUsize) {
+    let has_work = || {
+        // SeqCst fence: as in `has_work` above.
+        fence(Ordering::SeqCst);
+        jobs.load(Ordering::Acquire) > 0
+    };
+    loop {
+        let n = jobs.load(Ordering::Acquire);
+        if n > 0 {
+            if jobs
+                .compare_exchange(n, n - 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return;
+            }
+            continue;
+        }
+        sleep.sleep(index, has_work, || false);
+    }
 }

@@ -159,6 +159,19 @@ struct World {
     jobs: Vec<Job>,
     /// Roots admitted on credit so far (bookkeeping, std's atomic).
     credits: std::sync::atomic::AtomicUsize,
+    /// Jobs in flight per level (index 0 unused), counted as `Registry` counts them: in by the
+    /// admitter after the admission, out by `finish`'s `count_out`. At each level at most one
+    /// job per token in use can be in flight (a token's jobs form one chain of loans), so a
+    /// level above `cap + credits` means a finished job was still counted while its token
+    /// admitted another: `count_out` came after the release (a loom operation, so a point where
+    /// loom runs the grantee). std's atomics: loom runs one thread at a time, so they hold the
+    /// counts of the explored schedule without adding states to explore.
+    inflight: [std::sync::atomic::AtomicUsize; 4],
+    /// Bumped by every `count_out` and read by every admission check, right next to the std
+    /// counters of `inflight`: a loom write and a loom read, so that loom sees a count-out and
+    /// an admission as dependent and explores both orders (the real counter is one shared
+    /// atomic); std's counters alone would be invisible to its partial-order reduction.
+    count_point: AtomicUsize,
 }
 
 impl World {
@@ -168,7 +181,14 @@ impl World {
             table: TokenTable::new(cap),
             jobs: Vec::new(),
             credits: std::sync::atomic::AtomicUsize::new(0),
+            inflight: Default::default(),
+            count_point: AtomicUsize::new(0),
         }
+    }
+
+    /// Job `i`'s level: root = 1.
+    fn level(&self, i: usize) -> usize {
+        1 + self.jobs[i].parent.map_or(0, |p| self.level(p))
     }
 
     /// Adds a root job (`parent: None`) or a child of job `parent`; returns its index.
@@ -216,6 +236,15 @@ impl World {
         assert!(
             self.table.count().pool <= self.table.cap(),
             "more pool tokens in use than exist"
+        );
+        // B2 level by level on the count `Stats` reports (see `World::inflight`).
+        self.count_point.load(Ordering::Relaxed);
+        let level = &self.inflight[self.level(i)];
+        let now = level.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let credits = self.credits.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            now <= self.table.cap() + credits,
+            "{now} jobs counted in flight at job {i}'s level: above cap + credits"
         );
         // Release: the job's runner waits for it (`run`).
         self.jobs[i].runnable.store(true, Ordering::Release);
@@ -303,7 +332,13 @@ impl World {
     /// Job `h`'s body returned: gives its runner's reference to `finish` (as
     /// `Registry::finish_job` does) and makes runnable what that granted.
     fn finish(&self, h: Held) {
-        let granted = self.table.finish(h.lender, None);
+        let level = &self.inflight[self.level(h.i)];
+        let count_out = || {
+            // Paired with the load in `admitted` (see `World::count_point`).
+            self.count_point.fetch_add(1, Ordering::Relaxed);
+            level.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        };
+        let granted = self.table.finish(h.lender, None, count_out);
         self.granted(granted);
     }
 
@@ -341,6 +376,10 @@ impl World {
             assert_eq!(job.ran.load(Ordering::Relaxed), expect, "job {i} runs");
             assert_eq!(job.on_loan.load(Ordering::Relaxed), 0);
         }
+        for level in &self.inflight {
+            let left = level.load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(left, 0, "jobs still counted in flight");
+        }
         let count = self.table.count();
         assert_eq!(
             (count.pool, count.credit),
@@ -367,7 +406,10 @@ impl World {
         }
         fresh.truncate(cap);
         for root in fresh {
-            assert!(self.table.finish(root, None).is_none(), "nobody waits");
+            assert!(
+                self.table.finish(root, None, || ()).is_none(),
+                "nobody waits"
+            );
         }
         assert_eq!(self.table.count().pool, 0);
     }
@@ -539,6 +581,43 @@ fn parent_finishes_while_loan_returns_pool() {
 fn parent_finishes_while_loan_returns_credit() {
     model(None, || {
         parent_finishes_while_loan_returns(Admission::Credit)
+    });
+}
+
+/// Model 4d: as model 4, with a root R waiting for the pool's only token: whichever of P and C
+/// finishes second releases it to R. R is admitted exactly once, and not before P is counted out
+/// of the in-flight count (P parks its token when C still has the loan; C's return then releases
+/// it, and R's admission must not count next to P).
+#[test]
+fn parked_token_released_to_a_waiting_root() {
+    model(Some(3), || {
+        let mut world = World::new(1);
+        let p = world.job(None);
+        let c = world.job(Some(p));
+        let r = world.job(None);
+        let world = Arc::new(world);
+        let hp = world.make(p, None);
+        world.start(&hp, Admission::Pool);
+        let hc = world.make(c, Some(&hp.lender));
+        world.start(&hc, Admission::Loan);
+
+        let threads: Vec<_> = [(hp, Admission::Pool), (hc, Admission::Loan)]
+            .into_iter()
+            .map(|(h, how)| {
+                let world = world.clone();
+                thread::spawn(move || {
+                    world.run(&h, how);
+                    world.finish(h);
+                })
+            })
+            .collect();
+        let hr = world.make(r, None);
+        world.spawn_and_run(hr);
+        for t in threads {
+            t.join().unwrap();
+        }
+
+        world.check_conserved(&[p, c, r]);
     });
 }
 

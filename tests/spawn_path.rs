@@ -458,3 +458,110 @@ fn a_queued_cross_pool_spawn_is_granted_while_a_job_spawns_in_a_loop() {
         );
     });
 }
+
+/// A job that the help loop runs hands its token, its place in the in-flight count and its place
+/// in the scope's count to the spawn waiting there. On one thread and one token the jobs in
+/// flight are exactly the root and one child at a time, so the exact `peak_inflight` is 2; a
+/// place counted twice, or dropped, shows up as a higher peak, a count left over at the end, a
+/// scope that returns before its jobs ran, or one that never returns (the watchdog).
+#[test]
+fn the_token_hand_off_carries_both_counts_exactly() {
+    watchdog(30, || {
+        let p = pool(1, 1);
+        let ran = AtomicUsize::new(0);
+        p.install(|| {
+            treepool::scope(|s| {
+                for _ in 0..1_000 {
+                    s.spawn(|_| {
+                        ran.fetch_add(1, Relaxed);
+                    });
+                }
+            });
+            assert_eq!(ran.load(Relaxed), 1_000, "the scope returned early");
+        });
+        let stats = p.stats();
+        assert_eq!(stats.peak_inflight, 2, "{stats:?}");
+        assert_eq!(stats.peak_depth, 2, "{stats:?}");
+        assert_idle(&stats);
+
+        // Two threads and two levels: the user's own count of started-but-unfinished jobs never
+        // exceeds the reported peak, which stays within B2.
+        for threads in [2, 3] {
+            let p = Arc::new(pool(threads, 2));
+            let alive = AtomicUsize::new(0);
+            let user_peak = AtomicUsize::new(0);
+            let enter = || {
+                let now = alive.fetch_add(1, SeqCst) + 1;
+                user_peak.fetch_max(now, SeqCst);
+            };
+            with_sampler(&p, 2, || {
+                p.install(|| {
+                    enter();
+                    treepool::scope(|s| {
+                        for _ in 0..200 {
+                            s.spawn(|s| {
+                                enter();
+                                for _ in 0..20 {
+                                    s.spawn(|_| {
+                                        enter();
+                                        alive.fetch_sub(1, SeqCst);
+                                    });
+                                }
+                                alive.fetch_sub(1, SeqCst);
+                            });
+                        }
+                    });
+                    alive.fetch_sub(1, SeqCst);
+                });
+            });
+            let stats = p.stats();
+            let seen = user_peak.load(SeqCst);
+            assert!(seen <= stats.peak_inflight, "user saw {seen}: {stats:?}");
+            assert!(stats.peak_inflight <= 2 * stats.peak_depth, "B2: {stats:?}");
+            wait_idle(&p);
+            assert_idle(&p.stats());
+        }
+    });
+}
+
+/// The scope count goes with the token only between jobs of the same scope: a spawn into an inner
+/// scope whose help loop runs a job of the outer scope (and the other way round) counts each
+/// scope on its own. On one token every spawn waits and its help loop runs the job just pushed,
+/// which alternates between the two scopes. Each scope must return exactly when its own jobs
+/// are done.
+#[test]
+fn jobs_of_two_scopes_in_one_help_loop() {
+    watchdog(30, || {
+        for threads in [1, 2] {
+            let p = pool(threads, 1);
+            let outer_ran = AtomicUsize::new(0);
+            let inner_ran = AtomicUsize::new(0);
+            p.scope(|s| {
+                s.spawn(|outer| {
+                    treepool::scope(|inner| {
+                        for _ in 0..300 {
+                            outer.spawn(|_| {
+                                outer_ran.fetch_add(1, Relaxed);
+                            });
+                            inner.spawn(|_| {
+                                inner_ran.fetch_add(1, Relaxed);
+                            });
+                        }
+                    });
+                    assert_eq!(
+                        inner_ran.load(Relaxed),
+                        300,
+                        "the inner scope returned early"
+                    );
+                });
+            });
+            assert_eq!(
+                outer_ran.load(Relaxed),
+                300,
+                "the outer scope returned early"
+            );
+            wait_idle(&p);
+            assert_idle(&p.stats());
+        }
+    });
+}
