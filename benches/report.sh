@@ -325,6 +325,39 @@ time_table("4. Scope fan-out", "treepool/rayon ≤ 1.00 (≤ 1.10 with a profile
             ("10 × 10 × 1,000 spawns (three levels)", "scope_three_10x10x1000")], fanout_check)
 
 
+def per_spawn_table(shapes):
+    """shapes: [(label, group_base)]; ns per spawn on 1-thread pools and on the group's pools,
+    with the allocations per spawn counted by the bench (scope_fanout_t<threads>.json)."""
+    w("| workload | spawns | group threads | treepool ns/spawn, 1 thread | rayon ns/spawn, 1 thread "
+      "| treepool/rayon, 1 thread | treepool ns/spawn | rayon ns/spawn | allocations/spawn, "
+      "treepool | allocations/spawn, rayon |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for t in threads:
+        allocs = {(r["workload"], r["pool"]): r for r in rows("scope_fanout", t)}
+        for label, base in shapes:
+            g = f"{base}_t{t}"
+            a_tp, a_ry = allocs.get((base, "treepool")), allocs.get((base, "rayon"))
+            spawns = (a_tp or a_ry or {}).get("spawns")
+            if spawns is None:
+                continue
+            per = lambda f: None if median_ns(g, f) is None else median_ns(g, f) / spawns
+            tp1, ry1, tpn, ryn = (per(f) for f in ("treepool_1t", "rayon_1t", "treepool", "rayon"))
+            fs = lambda x: "—" if x is None else f"{x:.1f}"
+            fa = lambda r: "—" if r is None else f"{r['allocations_per_spawn']:.3f}"
+            w(f"| {label} | {spawns:,} | {t} | {fs(tp1)} | {fs(ry1)} | {fmt_ratio(ratio(tp1, ry1))} "
+              f"| {fs(tpn)} | {fs(ryn)} | {fa(a_tp)} | {fa(a_ry)} |")
+    w("")
+    w("Per spawn = the group's median time / the spawns of one run (the leaves and the inner "
+      "jobs). Allocations per spawn: the allocation calls of one untimed run, on any thread, "
+      "over its spawns (`common::CallCountingAlloc`). Shared atomic read-modify-writes per "
+      "spawn, from the code path: see \"The spawn path\" in the notes below.\n")
+
+
+per_spawn_table([("100k tiny spawns in one scope", "scope_flat_100k"),
+                 ("1,000 spawns × 100 spawns each", "scope_nested_1000x100"),
+                 ("10 × 10 × 1,000 spawns (three levels)", "scope_three_10x10x1000")])
+
+
 def main_rows(name, t):
     rs = [r for r in rows(name, t) if r.get("kind") == "main"]
     return (next((r for r in rs if r["pool"] == "treepool"), None),

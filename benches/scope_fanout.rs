@@ -10,7 +10,12 @@
 //! This is the spawn path: boxing a job, treepool's admission in `Scope::spawn` (which may wait
 //! while helping) against rayon's push-and-return, and the scope's completion counting.
 //! Functions `treepool` and `rayon` on pools of `TREEPOOL_BENCH_THREADS` workers (default 2),
-//! through `pool.install`.
+//! through `pool.install`; `treepool_1t` and `rayon_1t` on pools of one worker (the per-spawn
+//! cost without any stealing).
+//!
+//! Before the timed groups, one untimed run of each shape per pool counts its allocation calls
+//! (`common::CallCountingAlloc`) and writes them, per spawn, as JSON lines to
+//! `target/treepool-bench/scope_fanout_t<threads>.json`.
 
 #[macro_use]
 mod common;
@@ -18,7 +23,11 @@ mod common;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use common::J;
 use criterion::{Criterion, SamplingMode};
+
+#[global_allocator]
+static ALLOC: common::CallCountingAlloc = common::CallCountingAlloc;
 
 const FLAT: u64 = 100_000;
 const OUTER: u64 = 1_000;
@@ -79,44 +88,81 @@ for_both_pools! {
     }
 }
 
+/// A fan-out shape: its group, its spawn count, and how each pool runs it.
+struct Shape {
+    workload: &'static str,
+    spawns: u64,
+    sum: u64,
+    tp: fn() -> u64,
+    ry: fn() -> u64,
+}
+
+fn shapes() -> [Shape; 3] {
+    let n = OUTER * INNER;
+    let (x, y, z) = THREE;
+    [
+        Shape {
+            workload: "scope_flat_100k",
+            spawns: FLAT,
+            sum: FLAT * (FLAT - 1) / 2,
+            tp: || tp::flat(FLAT),
+            ry: || ry::flat(FLAT),
+        },
+        Shape {
+            workload: "scope_nested_1000x100",
+            spawns: OUTER + n,
+            sum: n * (n - 1) / 2,
+            tp: || tp::nested(OUTER, INNER),
+            ry: || ry::nested(OUTER, INNER),
+        },
+        Shape {
+            workload: "scope_three_10x10x1000",
+            spawns: x + x * y + x * y * z,
+            sum: (x * y * z) * (x * y * z - 1) / 2,
+            tp: || tp::three(THREE.0, THREE.1, THREE.2),
+            ry: || ry::three(THREE.0, THREE.1, THREE.2),
+        },
+    ]
+}
+
 fn bench(c: &mut Criterion) {
     let threads = common::bench_threads();
     let tp = common::treepool_pool(threads, common::bench_cap());
     let ry = common::rayon_pool(threads);
+    let tp1 = common::treepool_pool(1, common::bench_cap());
+    let ry1 = common::rayon_pool(1);
 
-    let flat_sum = FLAT * (FLAT - 1) / 2;
-    assert_eq!(tp.install(|| tp::flat(FLAT)), flat_sum);
-    assert_eq!(ry.install(|| ry::flat(FLAT)), flat_sum);
-    let n = OUTER * INNER;
-    let nested_sum = n * (n - 1) / 2;
-    assert_eq!(tp.install(|| tp::nested(OUTER, INNER)), nested_sum);
-    assert_eq!(ry.install(|| ry::nested(OUTER, INNER)), nested_sum);
-    let (x, y, z) = THREE;
-    let three_sum = (x * y * z) * (x * y * z - 1) / 2;
-    assert_eq!(tp.install(|| tp::three(x, y, z)), three_sum);
-    assert_eq!(ry.install(|| ry::three(x, y, z)), three_sum);
+    let mut figures = common::JsonLines::create("scope_fanout", threads);
+    for shape in shapes() {
+        let runs: [(&str, &dyn Fn() -> u64); 2] = [
+            ("treepool", &|| tp.install(shape.tp)),
+            ("rayon", &|| ry.install(shape.ry)),
+        ];
+        for (pool, run) in runs {
+            assert_eq!(run(), shape.sum, "{} on {pool}", shape.workload);
+            let calls = common::count_allocations(|| assert_eq!(run(), shape.sum));
+            let per_spawn = calls as f64 / shape.spawns as f64;
+            println!(
+                "{} {pool}: {per_spawn:.3} allocations per spawn",
+                shape.workload
+            );
+            figures.line(&[
+                ("workload", J::S(shape.workload.into())),
+                ("pool", J::S(pool.into())),
+                ("threads", J::U(threads as u128)),
+                ("spawns", J::U(shape.spawns as u128)),
+                ("allocations_per_spawn", J::F(per_spawn)),
+            ]);
+        }
 
-    let mut g = c.benchmark_group(common::group_name("scope_flat_100k", threads));
-    g.sampling_mode(SamplingMode::Flat);
-    g.bench_function("treepool", |b| b.iter(|| tp.install(|| tp::flat(FLAT))));
-    g.bench_function("rayon", |b| b.iter(|| ry.install(|| ry::flat(FLAT))));
-    g.finish();
-
-    let mut g = c.benchmark_group(common::group_name("scope_nested_1000x100", threads));
-    g.sampling_mode(SamplingMode::Flat);
-    g.bench_function("treepool", |b| {
-        b.iter(|| tp.install(|| tp::nested(OUTER, INNER)))
-    });
-    g.bench_function("rayon", |b| {
-        b.iter(|| ry.install(|| ry::nested(OUTER, INNER)))
-    });
-    g.finish();
-
-    let mut g = c.benchmark_group(common::group_name("scope_three_10x10x1000", threads));
-    g.sampling_mode(SamplingMode::Flat);
-    g.bench_function("treepool", |b| b.iter(|| tp.install(|| tp::three(x, y, z))));
-    g.bench_function("rayon", |b| b.iter(|| ry.install(|| ry::three(x, y, z))));
-    g.finish();
+        let mut g = c.benchmark_group(common::group_name(shape.workload, threads));
+        g.sampling_mode(SamplingMode::Flat);
+        g.bench_function("treepool", |b| b.iter(|| tp.install(shape.tp)));
+        g.bench_function("rayon", |b| b.iter(|| ry.install(shape.ry)));
+        g.bench_function("treepool_1t", |b| b.iter(|| tp1.install(shape.tp)));
+        g.bench_function("rayon_1t", |b| b.iter(|| ry1.install(shape.ry)));
+        g.finish();
+    }
 }
 
 fn main() {

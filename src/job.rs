@@ -111,8 +111,7 @@ fn join_panicked<A, B>(a: JobResult<A>, b: JobResult<B>) -> ! {
 
 /// What a token granter needs to start a job that waited for admission.
 pub struct Ticket {
-    /// The job to make runnable: by its granter, unless `waker` is a worker of the job's pool,
-    /// which pushes it itself once it sees the admission (see `Registry::start_granted`).
+    /// The job to make runnable.
     pub job: JobRef,
     /// The thread waiting in the spawn call, to wake once the job is admitted; `None` when the
     /// spawner did not wait (a spawn from a worker of another pool).

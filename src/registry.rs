@@ -239,11 +239,6 @@ impl Registry {
             return;
         }
         wait_on(here, || lender.admission().is_some());
-        if let Some(worker) = own {
-            // Granted while this thread waited: its granter left the job to this thread (see
-            // `start_granted`).
-            worker.push(job);
-        }
         if let Some(child) = self.tokens.settle(lender) {
             self.start_granted(child);
         }
@@ -294,32 +289,21 @@ impl Registry {
         }
     }
 
-    /// A waiting job was granted a token by this thread: count it, and wake the thread waiting
-    /// in its spawn call. The job is made runnable here, unless that thread is a worker of this
-    /// pool: then it pushes the job itself, to its own deque, once it sees the admission. So a
-    /// spawner whose loan came back from a child run by another worker keeps its children on its
-    /// own thread (where they were allocated, and where its next spawn's help-first loop pops
-    /// them back), instead of feeding them one by one to the worker that returned the loan.
-    /// The delay is bounded: a worker that waits for an admission checks for it after every job
-    /// it runs meanwhile, and is woken if asleep.
+    /// A waiting job was granted a token by this thread: count it, make it runnable, and wake
+    /// the thread waiting in its spawn call.
     fn start_granted(&self, child: LenderRef) {
         let how = child.admission().expect("a granted job is admitted");
         self.note_admitted(&child, how);
         // SAFETY: this thread's grant won the child's admission, so the ticket is ours.
         let ticket = unsafe { child.take_ticket() }.expect("a waiting job has a ticket");
+        self.make_runnable(ticket.job);
         match ticket.waker {
             // The spawner is this very thread (it freed the token while helping): it sees the
             // admission when it next checks.
             Some(WakeTarget::Worker(index)) if self.slot() == index => {}
-            Some(WakeTarget::Worker(index)) => {
-                self.sleep.wake_worker(index);
-            }
-            Some(waker) => {
-                self.make_runnable(ticket.job);
-                waker.wake(self);
-            }
+            Some(waker) => waker.wake(self),
             // A spawn from another pool's worker did not wait for its admission.
-            None => self.make_runnable(ticket.job),
+            None => {}
         }
     }
 

@@ -2,8 +2,11 @@
 //!
 //! This module owns the counters; it never decides anything. The in-flight count and the peaks
 //! are exact (one shared counter, bumped before a job becomes runnable and dropped after its body
-//! returns), so a user who counts started-but-unfinished jobs never sees more than
-//! `peak_inflight`. Event counters (admissions, waits, steals) are kept per thread on their own
+//! returns, before its token can admit another job), so a user who counts started-but-unfinished
+//! jobs never sees more than `peak_inflight`. A job whose token goes straight to a spawn waiting
+//! on the same thread hands that spawn its place in the count instead (see `Spare`): neither
+//! touches the shared counter, and the count reads as if the new job was admitted the moment the
+//! old one finished. Event counters (admissions, waits, steals) are kept per thread on their own
 //! cache lines, so spawns on different workers do not contend for them, and summed on read.
 //! `executing` and `tokens_in_use` are not counted at all: they are read off the token table.
 
@@ -40,7 +43,9 @@ use crate::token::TokenTable;
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// Jobs admitted and not finished (queued admitted jobs included).
+    /// Jobs admitted and not finished (queued admitted jobs included). A job that ends by handing
+    /// its token straight to a spawn waiting on the same thread counts as finished at the moment
+    /// the spawned job counts as admitted.
     pub inflight: usize,
     /// The most jobs ever in flight at once.
     pub peak_inflight: usize,

@@ -473,7 +473,9 @@ fn decode(admission: u8) -> Option<Admission> {
 /// shared RMW and a fence each way), and a loan
 /// of the spawning job's own token instead of returning it (rule 3 passes it on anyway: a CAS
 /// on the lending word each way). The token stays in use, and the loan stays `LENT`, the whole
-/// time, so no other thread can miss or take it. Plain cells: only the owning thread touches it.
+/// time, so no other thread can miss or take it. The finished job's place in the in-flight count
+/// usually goes with the token (`counted`): the spawned job takes it over, and neither touches the
+/// shared counter. Plain cells: only the owning thread touches it.
 pub struct Spare {
     /// The job whose spawn waits for a token; null when none does.
     for_job: Cell<*const Lender>,

@@ -565,3 +565,58 @@ fn jobs_of_two_scopes_in_one_help_loop() {
         }
     });
 }
+
+/// A job granted a token by another worker is made runnable by that worker, at once, never left
+/// to its spawner (found by the review of a change that did leave it: the spawner's thread may be
+/// buried under an unrelated job it picked up while waiting). Pool of 3 workers, 2 tokens. R
+/// (token 1) lends its token to C0, which computes on another worker for 3 s; C1 takes token 2
+/// for 300 ms on the third worker. X, a call into the pool from a job of pool `q` (on credit),
+/// is queued. R spawns C2: no loan, no token, so C2 registers and R's worker, waiting, picks up
+/// X. X waits for a plain thread that calls `install` on the pool, which needs a pool token.
+/// When C1 ends, its worker grants token 2 to C2. Had it left C2 to R's worker, blocked in X,
+/// token 2 would never come free again (C2 could not run) and the `install` would wait for good.
+/// (The 300 ms only give R's worker time to pick up X; if it has not, the test passes without
+/// testing anything, never fails.)
+#[test]
+fn a_granted_job_runs_while_its_spawner_is_buried_under_a_blocked_job() {
+    watchdog(20, || {
+        let p = Arc::new(pool(3, 2));
+        let q = Arc::new(pool(1, 1));
+        let c0_started = Arc::new(AtomicBool::new(false));
+        let c1_started = Arc::new(AtomicBool::new(false));
+        let x_ran = Arc::new(AtomicBool::new(false));
+        let c2_ran = Arc::new(AtomicBool::new(false));
+        p.install(|| {
+            treepool::scope(|s| {
+                let c0 = c0_started.clone();
+                s.spawn(move |_| {
+                    c0.store(true, SeqCst);
+                    std::thread::sleep(Duration::from_secs(3));
+                });
+                spin_until(|| c0_started.load(SeqCst));
+                let c1 = c1_started.clone();
+                s.spawn(move |_| {
+                    c1.store(true, SeqCst);
+                    std::thread::sleep(Duration::from_millis(300));
+                });
+                spin_until(|| c1_started.load(SeqCst));
+                let (p2, x_ran2) = (p.clone(), x_ran.clone());
+                q.spawn(move || {
+                    let p3 = p2.clone();
+                    p2.install(move || {
+                        std::thread::scope(|t| {
+                            t.spawn(|| p3.install(|| ()));
+                        });
+                        x_ran2.store(true, SeqCst);
+                    })
+                });
+                spin_until(|| p.stats().calls_in == 1);
+                let c2 = c2_ran.clone();
+                s.spawn(move |_| c2.store(true, SeqCst));
+            });
+        });
+        assert!(x_ran.load(SeqCst) && c2_ran.load(SeqCst));
+        wait_idle(&p);
+        assert_idle(&p.stats());
+    });
+}

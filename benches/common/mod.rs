@@ -10,7 +10,8 @@
 //!   so its workloads are written on their own (module `ch` in the binaries that measure it),
 //! * `timed`, the loop timed inside one `install` (or one chili scope) per criterion sample,
 //! * a counting `GlobalAlloc` wrapper around `System` (installed only by the binaries that
-//!   report heap figures), a peak counter for "items alive", and
+//!   report heap figures), one that counts allocation calls only while asked to (the fan-out
+//!   bench's allocations per spawn), a peak counter for "items alive", and
 //! * JSON-lines output under `<target>/treepool-bench/` for the figures criterion can't record.
 #![allow(dead_code)]
 
@@ -19,7 +20,7 @@ use std::fs::{self, File};
 use std::io::Write;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
@@ -246,6 +247,37 @@ unsafe impl GlobalAlloc for CountingAlloc {
         }
         p
     }
+}
+
+static CALLS_COUNTED: AtomicBool = AtomicBool::new(false);
+static CALLS: AtomicUsize = AtomicUsize::new(0);
+
+/// `System`, counting allocation calls between [`count_allocations`] and its result, and
+/// nothing otherwise: a timed run pays one relaxed load per allocation. Install it with
+/// `#[global_allocator] static ALLOC: common::CallCountingAlloc = common::CallCountingAlloc;`.
+pub struct CallCountingAlloc;
+
+// SAFETY: every call is forwarded to `System` unchanged; the counter has no effect on memory.
+unsafe impl GlobalAlloc for CallCountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if CALLS_COUNTED.load(Ordering::Relaxed) {
+            CALLS.fetch_add(1, Ordering::Relaxed);
+        }
+        System.alloc(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout);
+    }
+}
+
+/// The allocation calls `f` makes, on any thread (where `CallCountingAlloc` is the global
+/// allocator; one measurement at a time).
+pub fn count_allocations(f: impl FnOnce()) -> usize {
+    CALLS.store(0, Ordering::Relaxed);
+    CALLS_COUNTED.store(true, Ordering::SeqCst);
+    f();
+    CALLS_COUNTED.store(false, Ordering::SeqCst);
+    CALLS.load(Ordering::Relaxed)
 }
 
 /// Live heap bytes (meaningful only where `CountingAlloc` is the global allocator).
