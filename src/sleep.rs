@@ -173,7 +173,8 @@ impl Sleep {
             return false;
         }
         *blocked = false;
-        // Relaxed: the worker reads it only under the mutex, held here.
+        // Relaxed: another waker that still reads it up takes this mutex, and then finds the
+        // worker not blocked.
         w.asleep.store(false, Ordering::Relaxed);
         self.leave();
         w.wake.notify_one();

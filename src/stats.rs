@@ -166,6 +166,8 @@ impl Counters {
     /// place in the in-flight count (see `Spare`): the count and its peak do not change.
     #[inline]
     pub fn job_carried_in(&self, level: usize) {
+        // Relaxed: the count does not change, so no snapshot can read it above what the depths
+        // raised before it allow (see `job_admitted`).
         raise(&self.peak_depth, level, Ordering::Relaxed);
     }
 

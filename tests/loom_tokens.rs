@@ -7,7 +7,7 @@
 //!     cargo test --release --test loom_tokens
 //! ```
 //!
-//! (about 7 s for the whole file in release on a 2-core machine), and under AddressSanitizer,
+//! (about 45 s for the whole file in release on this 2-core machine), and under AddressSanitizer,
 //! which is what sees a lender used after it was freed (see "Lifetimes" below):
 //!
 //! ```text
