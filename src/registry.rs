@@ -313,6 +313,15 @@ impl Registry {
         self.counters.job_admitted(lender.level());
     }
 
+    /// [`Registry::note_admitted`] for a job that took over a finished job's place in the
+    /// in-flight count with its token (see `Spare`): the count does not change. `slot` is the
+    /// calling worker's index (its help loop knows it; no thread-local lookup).
+    #[inline]
+    fn note_carried_in(&self, slot: usize, lender: &Lender, how: Admission) {
+        self.counters.bump(slot, admission_counter(how));
+        self.counters.job_carried_in(lender.level());
+    }
+
     /// Pushes an admitted job: to the calling worker's deque if it is one of ours, else to the
     /// injector.
     #[inline]
@@ -491,9 +500,7 @@ impl WorkerThread {
             let registry = &self.registry;
             if let Some((how, counted)) = registry.tokens.admit_spare(lender(), &self.spare) {
                 if counted {
-                    // The finished job's place in the in-flight count passed to this one.
-                    registry.counters.job_carried_in(lender().level());
-                    registry.counters.bump(self.index, admission_counter(how));
+                    registry.note_carried_in(self.index, lender(), how);
                 } else {
                     registry.note_admitted(lender(), how);
                 }

@@ -348,11 +348,16 @@ impl World {
         self.granted(granted);
     }
 
+    /// Runs job `h`, admitted as `how`, and finishes it.
+    fn run_and_finish(&self, h: Held, how: Admission) {
+        self.run(&h, how);
+        self.finish(h);
+    }
+
     /// Admits job `h` (waiting if needed), runs it and finishes it.
     fn spawn_and_run(&self, h: Held) {
         let how = self.admit(&h);
-        self.run(&h, how);
-        self.finish(h);
+        self.run_and_finish(h, how);
     }
 
     /// Marks job `h`, admitted before the model's threads start, as admitted `how` (a `Credit`
@@ -421,6 +426,19 @@ impl World {
     }
 }
 
+/// Runs and finishes each of `jobs` (already admitted as given) on a thread of its own.
+fn run_each_on_a_thread(
+    world: &Arc<World>,
+    jobs: Vec<(Held, Admission)>,
+) -> Vec<thread::JoinHandle<()>> {
+    jobs.into_iter()
+        .map(|(h, how)| {
+            let world = world.clone();
+            thread::spawn(move || world.run_and_finish(h, how))
+        })
+        .collect()
+}
+
 /// Model 1: two children of one parent race for its loan. Thread A is the thief of a join half
 /// (makes the half's lender, `try_admit` only, hands the job back if that fails); thread B spawns
 /// (`try_admit`, else `register` and wait). With one token, held by the parent, at most one runs
@@ -444,8 +462,7 @@ fn two_children_race_for_one_loan() {
                 match world.try_admit(&h1) {
                     Some(how) => {
                         assert_eq!(how, Admission::Loan, "the pool is empty");
-                        world.run(&h1, how);
-                        world.finish(h1);
+                        world.run_and_finish(h1, how);
                         true
                     }
                     None => false, // handed back: the joiner runs it inline, no admission
@@ -459,8 +476,7 @@ fn two_children_race_for_one_loan() {
         let thief_ran = a.join().unwrap();
         b.join().unwrap();
 
-        world.run(&hp, Admission::Pool);
-        world.finish(hp);
+        world.run_and_finish(hp, Admission::Pool);
         let mut ran = vec![p, c2];
         if thief_ran {
             ran.push(c1);
@@ -490,8 +506,7 @@ fn loan_returns_while_borrower_registers() {
         let a = {
             let world = world.clone();
             thread::spawn(move || {
-                world.run(&h1, Admission::Loan);
-                world.finish(h1);
+                world.run_and_finish(h1, Admission::Loan);
             })
         };
         let b = {
@@ -501,8 +516,7 @@ fn loan_returns_while_borrower_registers() {
         a.join().unwrap();
         b.join().unwrap();
 
-        world.run(&hp, Admission::Pool);
-        world.finish(hp);
+        world.run_and_finish(hp, Admission::Pool);
         world.check_conserved(&[p, c1, c2]);
     });
 }
@@ -523,8 +537,7 @@ fn pool_token_released_while_waiter_enqueues() {
         let a = {
             let world = world.clone();
             thread::spawn(move || {
-                world.run(&h1, Admission::Pool);
-                world.finish(h1);
+                world.run_and_finish(h1, Admission::Pool);
             })
         };
         let b = {
@@ -554,22 +567,9 @@ fn parent_finishes_while_loan_returns(root: Admission) {
     let hc = world.make(c, Some(&hp.lender));
     world.start(&hc, Admission::Loan);
 
-    let a = {
-        let world = world.clone();
-        thread::spawn(move || {
-            world.run(&hp, root);
-            world.finish(hp);
-        })
-    };
-    let b = {
-        let world = world.clone();
-        thread::spawn(move || {
-            world.run(&hc, Admission::Loan);
-            world.finish(hc);
-        })
-    };
-    a.join().unwrap();
-    b.join().unwrap();
+    for t in run_each_on_a_thread(&world, vec![(hp, root), (hc, Admission::Loan)]) {
+        t.join().unwrap();
+    }
 
     world.check_conserved(&[p, c]);
 }
@@ -608,16 +608,8 @@ fn parked_token_released_to_a_waiting_root() {
         let hc = world.make(c, Some(&hp.lender));
         world.start(&hc, Admission::Loan);
 
-        let threads: Vec<_> = [(hp, Admission::Pool), (hc, Admission::Loan)]
-            .into_iter()
-            .map(|(h, how)| {
-                let world = world.clone();
-                thread::spawn(move || {
-                    world.run(&h, how);
-                    world.finish(h);
-                })
-            })
-            .collect();
+        let threads =
+            run_each_on_a_thread(&world, vec![(hp, Admission::Pool), (hc, Admission::Loan)]);
         let hr = world.make(r, None);
         world.spawn_and_run(hr);
         for t in threads {
@@ -646,20 +638,14 @@ fn parked_token_climbs_two_levels() {
         let hc = world.make(c, Some(&hp.lender));
         world.start(&hc, Admission::Loan);
 
-        let threads: Vec<_> = [
-            (hg, Admission::Pool),
-            (hp, Admission::Loan),
-            (hc, Admission::Loan),
-        ]
-        .into_iter()
-        .map(|(h, how)| {
-            let world = world.clone();
-            thread::spawn(move || {
-                world.run(&h, how);
-                world.finish(h);
-            })
-        })
-        .collect();
+        let threads = run_each_on_a_thread(
+            &world,
+            vec![
+                (hg, Admission::Pool),
+                (hp, Admission::Loan),
+                (hc, Admission::Loan),
+            ],
+        );
         for t in threads {
             t.join().unwrap();
         }
@@ -702,15 +688,13 @@ fn waiter_granted_by_loan_and_pool_at_once() {
         let a = {
             let world = world.clone();
             thread::spawn(move || {
-                world.run(&h1, Admission::Loan);
-                world.finish(h1);
+                world.run_and_finish(h1, Admission::Loan);
             })
         };
         let b = {
             let world = world.clone();
             thread::spawn(move || {
-                world.run(&hr, Admission::Pool);
-                world.finish(hr);
+                world.run_and_finish(hr, Admission::Pool);
             })
         };
         // P's thread, in its spawn call for C2.
@@ -730,8 +714,7 @@ fn waiter_granted_by_loan_and_pool_at_once() {
             Admission::Loan => {
                 assert_eq!(world.table.count().pool, 1);
                 assert_eq!(world.try_admit(&hx), Some(Admission::Pool));
-                world.run(&hx, Admission::Pool);
-                world.finish(hx);
+                world.run_and_finish(hx, Admission::Pool);
                 ran.push(extra);
             }
             _ => {
@@ -741,8 +724,7 @@ fn waiter_granted_by_loan_and_pool_at_once() {
             }
         }
         world.finish(h2);
-        world.run(&hp, Admission::Pool);
-        world.finish(hp);
+        world.run_and_finish(hp, Admission::Pool);
         a.join().unwrap();
         world.check_conserved(&ran);
     });
@@ -812,8 +794,7 @@ fn join_hand_back(c1_returns: bool) {
     let (returner, h1) = if c1_returns {
         let world = world.clone();
         let t = thread::spawn(move || {
-            world.run(&h1, Admission::Loan);
-            world.finish(h1);
+            world.run_and_finish(h1, Admission::Loan);
         });
         (Some(t), None)
     } else {
@@ -844,13 +825,11 @@ fn join_hand_back(c1_returns: bool) {
         t.join().unwrap();
     }
     if let Some(h1) = h1 {
-        world.run(&h1, Admission::Loan);
-        world.finish(h1);
+        world.run_and_finish(h1, Admission::Loan);
     }
     assert_eq!(b_ran.load(Ordering::Relaxed), 1, "b ran exactly once");
     assert_eq!(thief_ran, !inline);
-    world.run(&hj, Admission::Pool);
-    world.finish(hj);
+    world.run_and_finish(hj, Admission::Pool);
     let mut ran = vec![j, c1];
     if thief_ran {
         ran.push(b);
@@ -901,15 +880,13 @@ fn credit_root_lends_while_pool_token_released() {
         let a = {
             let world = world.clone();
             thread::spawn(move || {
-                world.run(&h1, Admission::Loan);
-                world.finish(h1);
+                world.run_and_finish(h1, Admission::Loan);
             })
         };
         let b = {
             let world = world.clone();
             thread::spawn(move || {
-                world.run(&hr, Admission::Pool);
-                world.finish(hr);
+                world.run_and_finish(hr, Admission::Pool);
             })
         };
         // K's thread: spawn C2 and wait for it, then K's body returns.
@@ -917,8 +894,7 @@ fn credit_root_lends_while_pool_token_released() {
         world.spawn_and_run(h2);
         a.join().unwrap();
         b.join().unwrap();
-        world.run(&hk, Admission::Credit);
-        world.finish(hk);
+        world.run_and_finish(hk, Admission::Credit);
 
         assert_eq!(world.table.peak_credit(), 1);
         world.check_conserved(&[r, k, c1, c2]);

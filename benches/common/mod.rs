@@ -260,6 +260,8 @@ pub struct CallCountingAlloc;
 // SAFETY: every call is forwarded to `System` unchanged; the counter has no effect on memory.
 unsafe impl GlobalAlloc for CallCountingAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // Relaxed: a tally, read once the measured work has returned (its jobs' latches order
+        // every allocation they made before that); the flag only needs to be seen eventually.
         if CALLS_COUNTED.load(Ordering::Relaxed) {
             CALLS.fetch_add(1, Ordering::Relaxed);
         }
@@ -273,6 +275,7 @@ unsafe impl GlobalAlloc for CallCountingAlloc {
 /// The allocation calls `f` makes, on any thread (where `CallCountingAlloc` is the global
 /// allocator; one measurement at a time).
 pub fn count_allocations(f: impl FnOnce()) -> usize {
+    // Relaxed: the tally's reset and read are ordered around `f` by the flag's SeqCst stores.
     CALLS.store(0, Ordering::Relaxed);
     CALLS_COUNTED.store(true, Ordering::SeqCst);
     f();
