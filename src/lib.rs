@@ -60,6 +60,7 @@ mod job;
 mod join;
 mod latch;
 mod lazy;
+mod pacing;
 mod pool;
 mod registry;
 mod scope;

@@ -10,6 +10,7 @@
 use std::cell::Cell;
 use std::ptr;
 use std::sync::atomic::AtomicUsize as StdAtomicUsize;
+use std::time::Instant;
 
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 
@@ -18,6 +19,7 @@ use std::io::Write;
 use crate::job::{drop_quietly, JobRef, Ticket};
 use crate::latch::{CountLatch, WakeTarget};
 use crate::lazy::{PrivateHalves, RequestFlag, WorkRequests};
+use crate::pacing::{Pacing, STEAL_BACKOFF};
 use crate::sleep::Sleep;
 use crate::stats::{Counter, Counters, Stats};
 use crate::sync::{thread, Arc, AtomicBool, Ordering};
@@ -417,6 +419,8 @@ pub struct WorkerThread {
     request: *const RequestFlag,
     /// State of the xorshift generator that picks the first victim to steal from.
     rng: Cell<u64>,
+    /// The level of the job this thread last finished outermost.
+    last_level: Cell<usize>,
 }
 
 impl WorkerThread {
@@ -471,6 +475,9 @@ impl WorkerThread {
     #[inline]
     pub fn run_admitted(&self, lender: LenderRef, body: impl FnOnce()) {
         self.with_current(LenderRef::as_ptr(&lender), body);
+        // Jobs run inside this one finished before it: the level left here is the outermost
+        // job's (`run_stolen` reads it).
+        self.last_level.set(lender.level());
         // A job that `help_until_admitted` ran finishes with the spawning job current again;
         // one that finishes deeper, with another job current, releases its token as usual.
         let wanted = self.spare.for_job();
@@ -627,19 +634,31 @@ impl WorkerThread {
     /// Runs other jobs until `done`, sleeping when there are none.
     pub fn wait_until(&self, done: impl Fn() -> bool) {
         let mut idle = 0;
+        let mut pacing = Pacing::new();
         while !done() {
             // Private halves of the jobs this thread waits in are work a thief may ask for (a
             // request stays up while there is none, for the next join to serve). A half just
             // promoted is left to the thief for this round: the thread's own pop would win it.
             let served = self.halves.any() && self.serve_request();
-            let job = if served {
-                self.steal_injected().or_else(|| self.steal_from_others())
+            let local = if served {
+                self.steal_injected()
             } else {
-                self.find_work().or_else(|| self.take_own_half())
+                self.deque.pop().or_else(|| self.steal_injected())
             };
             crate::chaos::point();
-            if let Some(job) = job {
+            if let Some(job) = local {
                 // SAFETY: jobs in the queues are alive and run once, on a worker of their pool.
+                unsafe { job.run() };
+                idle = 0;
+                continue;
+            }
+            if let Some(job) = self.steal_from_others() {
+                self.run_stolen(job, &mut pacing);
+                idle = 0;
+                continue;
+            }
+            if let Some(job) = (!served).then(|| self.take_own_half()).flatten() {
+                // SAFETY: as above.
                 unsafe { job.run() };
                 idle = 0;
                 continue;
@@ -662,6 +681,22 @@ impl WorkerThread {
                 self.registry
                     .sleep
                     .sleep(self.index, || self.has_work(), &done);
+                pacing.forget();
+            }
+        }
+    }
+
+    /// Runs a job stolen from another worker, then pauses for `STEAL_BACKOFF` if `pacing` says
+    /// the job was not worth moving (see `pacing`).
+    fn run_stolen(&self, job: JobRef, pacing: &mut Pacing) {
+        let start = pacing.wants_run_time().then(Instant::now);
+        // SAFETY: as in `wait_until`.
+        unsafe { job.run() };
+        let ran = start.map(|start| start.elapsed());
+        if pacing.after_steal(ran, self.last_level.get()) {
+            let until = Instant::now() + STEAL_BACKOFF;
+            while Instant::now() < until {
+                std::hint::spin_loop();
             }
         }
     }
@@ -739,6 +774,7 @@ pub fn main_loop(seed: WorkerSeed, registry: Arc<Registry>, on_start: impl FnOnc
         halves: PrivateHalves::default(),
         request,
         rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ (seed.index as u64 + 1).wrapping_mul(0xA24B_AED4)),
+        last_level: Cell::new(0),
     };
     WORKER.with(|w| w.set(&worker));
     on_start(worker.index);
