@@ -652,8 +652,9 @@ impl WorkerThread {
                 idle = 0;
                 continue;
             }
-            if let Some(job) = self.steal_from_others() {
-                self.run_stolen(job, &mut pacing);
+            if let Some((job, victim)) = self.steal_from_others() {
+                crate::chaos::point();
+                self.run_stolen(job, victim, &mut pacing);
                 idle = 0;
                 continue;
             }
@@ -686,14 +687,15 @@ impl WorkerThread {
         }
     }
 
-    /// Runs a job stolen from another worker, then pauses for `STEAL_BACKOFF` if `pacing` says
-    /// the job was not worth moving (see `pacing`).
-    fn run_stolen(&self, job: JobRef, pacing: &mut Pacing) {
-        let start = pacing.wants_run_time().then(Instant::now);
+    /// Runs a job stolen from the deque of worker `victim`, then pauses for `STEAL_BACKOFF` if
+    /// `pacing` says the job was not worth moving (see `pacing`).
+    fn run_stolen(&self, job: JobRef, victim: usize, pacing: &mut Pacing) {
+        let victim_queue = || self.registry.stealers[victim].len();
+        let start = pacing.wants_run_time(victim_queue).then(Instant::now);
         // SAFETY: as in `wait_until`.
         unsafe { job.run() };
         let ran = start.map(|start| start.elapsed());
-        if pacing.after_steal(ran, self.last_level.get()) {
+        if pacing.after_steal(ran, self.last_level.get(), victim_queue) {
             let until = Instant::now() + STEAL_BACKOFF;
             while Instant::now() < until {
                 std::hint::spin_loop();
@@ -706,7 +708,7 @@ impl WorkerThread {
         self.deque
             .pop()
             .or_else(|| self.steal_injected())
-            .or_else(|| self.steal_from_others())
+            .or_else(|| self.steal_from_others().map(|(job, _)| job))
     }
 
     fn steal_injected(&self) -> Option<JobRef> {
@@ -719,7 +721,9 @@ impl WorkerThread {
         }
     }
 
-    fn steal_from_others(&self) -> Option<JobRef> {
+    /// Steals the oldest job of another worker's deque, from a random start; returns it with
+    /// the victim's index.
+    fn steal_from_others(&self) -> Option<(JobRef, usize)> {
         let stealers = &self.registry.stealers;
         let n = stealers.len();
         if n <= 1 {
@@ -732,7 +736,7 @@ impl WorkerThread {
                 match stealers[victim].steal() {
                     Steal::Success(job) => {
                         self.registry.counters.bump(self.index, Counter::Steals);
-                        return Some(job);
+                        return Some((job, victim));
                     }
                     Steal::Retry => retry = true,
                     Steal::Empty => {}
