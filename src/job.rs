@@ -230,7 +230,7 @@ impl<F: FnOnce() + Send> HeapJob<F> {
         let worker = unsafe { WorkerThread::current_unchecked() };
         // The job may be freed inside (its token released and no other reference left): it is
         // not touched after this.
-        worker.run_admitted(lender, body);
+        worker.run_admitted(lender, true, body);
         if !scope.is_null() {
             // SAFETY: the scope waits for this count before it returns, so the latch is alive.
             unsafe { worker.count_down(scope) };
@@ -310,7 +310,9 @@ impl<F: FnOnce() -> R + Send, R: Send> RootJob<F, R> {
         unsafe {
             let func = (*(*this).func.get()).take().expect("a job runs once");
             let lender = (*this).lender.clone();
-            worker.run_admitted(lender, || *(*this).result.get() = JobResult::call(func));
+            worker.run_admitted(lender, false, || {
+                *(*this).result.get() = JobResult::call(func)
+            });
             Latch::set(&(*this).latch, worker.registry());
         }
     }
@@ -409,7 +411,7 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
         // SAFETY: a stolen job runs once, on this thread; the joiner reads after the latch.
         unsafe {
             let func = (*job.func.get()).take().expect("a job runs once");
-            worker.run_admitted(lender, || *job.result.get() = JobResult::call(func));
+            worker.run_admitted(lender, false, || *job.result.get() = JobResult::call(func));
             crate::chaos::point();
             Latch::set(&*job.latch, registry);
         }

@@ -45,8 +45,9 @@ pub struct Pacing {
     /// The shallowest level of a stolen job that ran for `TINY_JOB` or longer; `usize::MAX`
     /// while there is none.
     shallowest_large: usize,
-    /// The level of the last stolen job (0 before the first).
-    last_level: usize,
+    /// The level of the last stolen job (`Some(0)` before the first; `None` if it was not a
+    /// spawned job).
+    last_level: Option<usize>,
     /// Whether the last look at a victim's deque found it longer than `SHORT_QUEUE`.
     long_queue: bool,
 }
@@ -56,21 +57,24 @@ impl Pacing {
     pub fn new() -> Self {
         Pacing {
             shallowest_large: usize::MAX,
-            last_level: 0,
+            last_level: Some(0),
             long_queue: false,
         }
     }
 
     /// Whether to time the job just stolen, that is, whether its run time can matter. A job
-    /// deeper than the shallowest larger one neither pauses the thief nor teaches it anything,
-    /// and a job from a long deque never pauses it: the last stolen job's level predicts this
-    /// one's, and while the last look at a deque found it long, `victim_queue` (the jobs left in
+    /// deeper than the shallowest larger one, or not a spawned job, neither pauses the thief
+    /// nor teaches it anything, and a job from a long deque never pauses it: the last stolen
+    /// job predicts this one, and while the last look at a deque found it long, `victim_queue` (the jobs left in
     /// this one's) is read before the run instead of after it. Reading the clock twice per
     /// steal cost 8% on 1,000 × 100 spawns, whose thief mostly takes leaves one at a time while
     /// their spawner waits for the token; reading the deque's length at every steal (a fence,
     /// and the owner's end of the deque) cost about as much.
     pub fn wants_run_time(&mut self, victim_queue: impl FnOnce() -> usize) -> bool {
-        if self.last_level > self.shallowest_large {
+        if !self
+            .last_level
+            .is_some_and(|level| level <= self.shallowest_large)
+        {
             return false;
         }
         if self.long_queue {
@@ -79,16 +83,21 @@ impl Pacing {
         !self.long_queue
     }
 
-    /// A stolen job at `level` ran for `ran` (`None`: not timed, as `wants_run_time` said):
-    /// returns whether to pause before the next steal. `victim_queue` is read only for a tiny
-    /// job with nothing larger seen above it.
+    /// A stolen job ran for `ran` (`None`: not timed, as `wants_run_time` said): returns
+    /// whether to pause before the next steal. `spawned_level` is the job's level if it was a
+    /// spawned job; a join's half or a call's root never pauses the thief and teaches it
+    /// nothing (a half is promoted only when an idle thread asks for one: that is pacing
+    /// already). `victim_queue` is read only for a tiny job with nothing larger seen above it.
     pub fn after_steal(
         &mut self,
         ran: Option<Duration>,
-        level: usize,
+        spawned_level: Option<usize>,
         victim_queue: impl FnOnce() -> usize,
     ) -> bool {
-        self.last_level = level;
+        self.last_level = spawned_level;
+        let Some(level) = spawned_level else {
+            return false;
+        };
         match ran {
             None => false,
             Some(ran) if ran >= TINY_JOB => {
@@ -132,63 +141,75 @@ mod tests {
     fn tiny_jobs_with_nothing_larger_above_them_pause_the_thief() {
         let mut pacing = Pacing::new();
         assert!(pacing.wants_run_time(unread));
-        assert!(pacing.after_steal(SHORT, 2, few));
+        assert!(pacing.after_steal(SHORT, Some(2), few));
         assert!(pacing.wants_run_time(unread));
-        assert!(pacing.after_steal(SHORT, 2, few));
+        assert!(pacing.after_steal(SHORT, Some(2), few));
         // A larger job at the same level does not change that: it is no level above.
-        assert!(!pacing.after_steal(LONG, 2, unread));
-        assert!(pacing.after_steal(SHORT, 2, few));
-        assert!(pacing.after_steal(SHORT, 1, few));
+        assert!(!pacing.after_steal(LONG, Some(2), unread));
+        assert!(pacing.after_steal(SHORT, Some(2), few));
+        assert!(pacing.after_steal(SHORT, Some(1), few));
     }
 
     #[test]
     fn tiny_jobs_below_a_larger_one_do_not_pause_the_thief() {
         let mut pacing = Pacing::new();
-        assert!(!pacing.after_steal(LONG, 2, unread));
+        assert!(!pacing.after_steal(LONG, Some(2), unread));
         assert!(pacing.wants_run_time(unread));
-        assert!(!pacing.after_steal(SHORT, 3, unread));
-        assert!(!pacing.after_steal(SHORT, 7, unread));
+        assert!(!pacing.after_steal(SHORT, Some(3), unread));
+        assert!(!pacing.after_steal(SHORT, Some(7), unread));
         // The shallowest larger job counts, not the latest one.
-        assert!(!pacing.after_steal(LONG, 5, unread));
-        assert!(!pacing.after_steal(SHORT, 3, unread));
+        assert!(!pacing.after_steal(LONG, Some(5), unread));
+        assert!(!pacing.after_steal(SHORT, Some(3), unread));
     }
 
     #[test]
     fn only_a_steal_after_one_at_or_above_the_larger_jobs_is_timed() {
         let mut pacing = Pacing::new();
-        assert!(!pacing.after_steal(LONG, 2, unread));
-        assert!(!pacing.after_steal(SHORT, 3, unread));
+        assert!(!pacing.after_steal(LONG, Some(2), unread));
+        assert!(!pacing.after_steal(SHORT, Some(3), unread));
         assert!(!pacing.wants_run_time(unread));
         // Untimed steals pause nothing and teach nothing.
-        assert!(!pacing.after_steal(None, 3, unread));
-        assert!(!pacing.after_steal(None, 1, unread));
+        assert!(!pacing.after_steal(None, Some(3), unread));
+        assert!(!pacing.after_steal(None, Some(1), unread));
         assert!(pacing.wants_run_time(unread));
-        assert!(pacing.after_steal(SHORT, 2, few));
+        assert!(pacing.after_steal(SHORT, Some(2), few));
     }
 
     #[test]
     fn a_long_victim_deque_never_pauses_the_thief_and_is_watched_until_it_is_short() {
         let mut pacing = Pacing::new();
         assert!(pacing.wants_run_time(unread));
-        assert!(!pacing.after_steal(SHORT, 2, many));
+        assert!(!pacing.after_steal(SHORT, Some(2), many));
         // While deques are long, the length is read before the run, and the run not timed.
         assert!(!pacing.wants_run_time(many));
-        assert!(!pacing.after_steal(None, 2, unread));
+        assert!(!pacing.after_steal(None, Some(2), unread));
         assert!(!pacing.wants_run_time(|| SHORT_QUEUE + 1000));
-        assert!(!pacing.after_steal(None, 2, unread));
+        assert!(!pacing.after_steal(None, Some(2), unread));
         // Short again: timed, and read after the run.
         assert!(pacing.wants_run_time(|| SHORT_QUEUE));
         assert!(pacing.wants_run_time(unread));
-        assert!(pacing.after_steal(SHORT, 2, || SHORT_QUEUE));
+        assert!(pacing.after_steal(SHORT, Some(2), || SHORT_QUEUE));
+    }
+
+    #[test]
+    fn a_stolen_half_or_root_neither_pauses_nor_teaches() {
+        let mut pacing = Pacing::new();
+        assert!(!pacing.after_steal(SHORT, None, unread));
+        assert!(!pacing.after_steal(LONG, None, unread));
+        // And the steal after it is not timed.
+        assert!(!pacing.wants_run_time(unread));
+        // The long job was not a spawned one: nothing larger is known above level 3.
+        assert!(pacing.after_steal(SHORT, Some(3), few));
+        assert!(pacing.wants_run_time(unread));
     }
 
     #[test]
     fn forgetting_starts_over() {
         let mut pacing = Pacing::new();
-        assert!(!pacing.after_steal(LONG, 2, unread));
-        assert!(!pacing.after_steal(SHORT, 3, unread));
+        assert!(!pacing.after_steal(LONG, Some(2), unread));
+        assert!(!pacing.after_steal(SHORT, Some(3), unread));
         pacing.forget();
         assert!(pacing.wants_run_time(unread));
-        assert!(pacing.after_steal(SHORT, 3, few));
+        assert!(pacing.after_steal(SHORT, Some(3), few));
     }
 }

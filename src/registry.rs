@@ -419,8 +419,8 @@ pub struct WorkerThread {
     request: *const RequestFlag,
     /// State of the xorshift generator that picks the first victim to steal from.
     rng: Cell<u64>,
-    /// The level of the job this thread last finished outermost.
-    last_level: Cell<usize>,
+    /// The level of the job this thread last finished outermost, if it was a spawned job.
+    spawned_level: Cell<Option<usize>>,
 }
 
 impl WorkerThread {
@@ -471,13 +471,14 @@ impl WorkerThread {
         value
     }
 
-    /// Runs an admitted job's `body` (which must not unwind), then finishes the job.
+    /// Runs an admitted job's `body` (which must not unwind), then finishes the job. `spawned`:
+    /// the job was spawned (not a join's half or a call's root), so thief pacing may judge it.
     #[inline]
-    pub fn run_admitted(&self, lender: LenderRef, body: impl FnOnce()) {
+    pub fn run_admitted(&self, lender: LenderRef, spawned: bool, body: impl FnOnce()) {
         self.with_current(LenderRef::as_ptr(&lender), body);
-        // Jobs run inside this one finished before it: the level left here is the outermost
+        // Jobs run inside this one finished before it: what is left here is the outermost
         // job's (`run_stolen` reads it).
-        self.last_level.set(lender.level());
+        self.spawned_level.set(spawned.then(|| lender.level()));
         // A job that `help_until_admitted` ran finishes with the spawning job current again;
         // one that finishes deeper, with another job current, releases its token as usual.
         let wanted = self.spare.for_job();
@@ -695,7 +696,7 @@ impl WorkerThread {
         // SAFETY: as in `wait_until`.
         unsafe { job.run() };
         let ran = start.map(|start| start.elapsed());
-        if pacing.after_steal(ran, self.last_level.get(), victim_queue) {
+        if pacing.after_steal(ran, self.spawned_level.get(), victim_queue) {
             let until = Instant::now() + STEAL_BACKOFF;
             while Instant::now() < until {
                 std::hint::spin_loop();
@@ -778,7 +779,7 @@ pub fn main_loop(seed: WorkerSeed, registry: Arc<Registry>, on_start: impl FnOnc
         halves: PrivateHalves::default(),
         request,
         rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ (seed.index as u64 + 1).wrapping_mul(0xA24B_AED4)),
-        last_level: Cell::new(0),
+        spawned_level: Cell::new(None),
     };
     WORKER.with(|w| w.set(&worker));
     on_start(worker.index);
