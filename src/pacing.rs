@@ -2,8 +2,9 @@
 //!
 //! This module owns [`Pacing`], the rule a worker's wait loop applies after each job it stole
 //! from another worker's deque. It decides from what the thread itself saw (how many jobs the
-//! victim's deque held at the steal, how long the job ran, its level in its tree); it must
-//! never write state shared with other threads, never block, and never keep a thread from work for longer than [`STEAL_BACKOFF`]: a pause costs
+//! victim's deque held at the steal, how long the job ran, its level in its tree, whether it
+//! was a spawned job); it must never write state shared with other threads, never block, and
+//! never keep a thread from work for longer than [`STEAL_BACKOFF`] per steal: a pause costs
 //! parallelism at worst, never progress.
 //!
 //! **Why pause at all.** A steal moves the deque's, the job's, the token's, the in-flight
@@ -16,9 +17,9 @@
 //! **Why not always.** The larger jobs of a tree are at the levels above its tiny leaves, and a
 //! bounded pool queues them only now and then (a spawner with no token free runs its newest job
 //! itself). A thief that pauses after every tiny leaf misses them: on 1,000 jobs of 100 leaves
-//! each it took about half as many inner jobs, and the shape ran slower. So a tiny job deeper than the
-//! shallowest larger job this thread stole is no reason to pause, and a tiny job at or above
-//! that level is: there is nothing larger above it to wait for.
+//! each it took about half as many inner jobs, and the shape ran slower. So a tiny job deeper
+//! than the shallowest larger job this thread stole is no reason to pause, and a tiny job at or
+//! above that level is: there is nothing larger above it to wait for.
 //!
 //! **Why only from a short deque.** A spawner whose tokens run out runs its newest jobs itself
 //! and keeps only a few queued. A long deque is one its owner is not draining (with a large
@@ -65,8 +66,9 @@ impl Pacing {
     /// Whether to time the job just stolen, that is, whether its run time can matter. A job
     /// deeper than the shallowest larger one, or not a spawned job, neither pauses the thief
     /// nor teaches it anything, and a job from a long deque never pauses it: the last stolen
-    /// job predicts this one, and while the last look at a deque found it long, `victim_queue` (the jobs left in
-    /// this one's) is read before the run instead of after it. Reading the clock twice per
+    /// job predicts this one, and while the last look at a deque found it long,
+    /// `victim_queue` (the jobs left in this one's) is read before the run instead of after
+    /// it. Reading the clock twice per
     /// steal cost 8% on 1,000 × 100 spawns, whose thief mostly takes leaves one at a time while
     /// their spawner waits for the token; reading the deque's length at every steal (a fence,
     /// and the owner's end of the deque) cost about as much.
@@ -196,11 +198,12 @@ mod tests {
         let mut pacing = Pacing::new();
         assert!(!pacing.after_steal(SHORT, None, unread));
         assert!(!pacing.after_steal(LONG, None, unread));
-        // And the steal after it is not timed.
+        // The steal after it is not timed, and teaches only its level.
         assert!(!pacing.wants_run_time(unread));
+        assert!(!pacing.after_steal(None, Some(3), unread));
         // The long job was not a spawned one: nothing larger is known above level 3.
-        assert!(pacing.after_steal(SHORT, Some(3), few));
         assert!(pacing.wants_run_time(unread));
+        assert!(pacing.after_steal(SHORT, Some(3), few));
     }
 
     #[test]

@@ -693,6 +693,8 @@ impl WorkerThread {
     fn run_stolen(&self, job: JobRef, victim: usize, pacing: &mut Pacing) {
         let victim_queue = || self.registry.stealers[victim].len();
         let start = pacing.wants_run_time(victim_queue).then(Instant::now);
+        // A join's half handed back runs nothing here: no level is left from an earlier job.
+        self.spawned_level.set(None);
         // SAFETY: as in `wait_until`.
         unsafe { job.run() };
         let ran = start.map(|start| start.elapsed());
