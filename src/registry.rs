@@ -646,22 +646,22 @@ impl WorkerThread {
             } else {
                 self.deque.pop().or_else(|| self.steal_injected())
             };
+            // With the index of the worker it was stolen from, if it was.
+            let found = local
+                .map(|job| (job, None))
+                .or_else(|| self.steal_from_others().map(|(job, v)| (job, Some(v))))
+                .or_else(|| {
+                    let own = (!served).then(|| self.take_own_half()).flatten();
+                    own.map(|job| (job, None))
+                });
             crate::chaos::point();
-            if let Some(job) = local {
-                // SAFETY: jobs in the queues are alive and run once, on a worker of their pool.
-                unsafe { job.run() };
-                idle = 0;
-                continue;
-            }
-            if let Some((job, victim)) = self.steal_from_others() {
-                crate::chaos::point();
-                self.run_stolen(job, victim, &mut pacing);
-                idle = 0;
-                continue;
-            }
-            if let Some(job) = (!served).then(|| self.take_own_half()).flatten() {
-                // SAFETY: as above.
-                unsafe { job.run() };
+            if let Some((job, victim)) = found {
+                match victim {
+                    Some(victim) => self.run_stolen(job, victim, &mut pacing),
+                    // SAFETY: jobs in the queues are alive and run once, on a worker of their
+                    // pool.
+                    None => unsafe { job.run() },
+                }
                 idle = 0;
                 continue;
             }
