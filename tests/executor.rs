@@ -6,7 +6,7 @@ mod common;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
-use common::{pool, spin_until, watchdog};
+use common::{join_until, pool, spin_until, watchdog};
 
 fn fib(n: u32) -> u64 {
     if n < 2 {
@@ -480,13 +480,9 @@ fn steals_are_counted() {
         let b_started = AtomicBool::new(false);
         pool.join(
             // `a` waits until `b` runs, which only another worker can make happen: by stealing
-            // it once this thread, at one of the joins below, has promoted `b` (its oldest
+            // it once this thread, at one of `join_until`'s joins, has promoted `b` (its oldest
             // private half) for the idle worker that asked for work.
-            || {
-                while !b_started.load(Ordering::SeqCst) {
-                    treepool::join(|| {}, std::hint::spin_loop);
-                }
-            },
+            || join_until(|| b_started.load(Ordering::SeqCst)),
             || b_started.store(true, Ordering::SeqCst),
         );
         let stats = pool.stats();

@@ -10,15 +10,7 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use common::{pool, watchdog};
-
-/// Joins (with empty halves) until `done`: each join entry is where this thread serves a
-/// pending work request, promoting its oldest private half.
-fn join_until(done: impl Fn() -> bool) {
-    while !done() {
-        treepool::join(|| {}, std::hint::spin_loop);
-    }
-}
+use common::{join_until, pool, watchdog};
 
 /// Counts, per leaf, the runs of a join tree of `levels` levels.
 fn tree(levels: u32, first: usize, runs: &[AtomicUsize]) {

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{describe, pool, spin_until, watchdog, Bomb};
+use common::{describe, join_until, pool, spin_until, watchdog, Bomb};
 
 /// Runs `f`, and describes its panic if it panicked.
 fn catch<R>(f: impl FnOnce() -> R) -> Result<R, String> {
@@ -242,7 +242,7 @@ fn a_panicking_panic_handler_does_not_kill_the_worker() {
 /// Bug 4: when both halves of a `join` panicked and `b`'s payload was a [`Bomb`], raising `a`'s
 /// panic dropped `b`'s payload while unwinding, which aborted the process. `b` runs inline
 /// (one worker: the joiner pops it back) and stolen (two workers; `a` waits until a thief
-/// started `b`).
+/// started `b`, joining meanwhile so that it promotes `b` when the idle worker asks).
 #[test]
 fn join_raises_a_when_b_panics_with_a_bomb() {
     watchdog(30, || {
@@ -255,7 +255,7 @@ fn join_raises_a_when_b_panics_with_a_bomb() {
                 pool.join(
                     || {
                         if stolen {
-                            spin_until(|| b_started.load(Ordering::SeqCst));
+                            join_until(|| b_started.load(Ordering::SeqCst));
                         }
                         panic!("a")
                     },

@@ -41,6 +41,18 @@ pub fn spin_until(mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// Waits (under the caller's watchdog) until `cond` holds, joining empty halves meanwhile, for a
+/// join's `a` that waits for its own `b` to start elsewhere. `b` is private to the joiner until
+/// an idle worker asks for work and the joiner reaches a `join` (or a wait of the pool): a plain
+/// spin never gets there, and `b` would wait for `a` forever if the idle worker had not asked
+/// yet when the outer join began. Each join entry here serves a pending request, promoting the
+/// oldest private half, which is that `b`.
+pub fn join_until(mut cond: impl FnMut() -> bool) {
+    while !cond() {
+        treepool::join(|| {}, std::hint::spin_loop);
+    }
+}
+
 /// A small deterministic PRNG (xorshift64*), so random trees are reproducible from a seed.
 pub struct Rng(u64);
 
