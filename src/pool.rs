@@ -216,7 +216,9 @@ fn current_registry() -> &'static Registry {
 /// anything; a thief that takes a promoted `b` must admit it through the token table first.
 /// So `b` becomes stealable only once the calling thread reaches another `join` or a wait: a
 /// split into two long sequential halves is best made with [`scope`] or split further (a
-/// recursive split, the usual shape, joins often). A job keeps at most three such private
+/// recursive split, the usual shape, joins often). For the same reason `a` must not wait for
+/// `b` outside the pool (a spin on a flag `b` sets, a channel `b` sends to): unlike rayon's,
+/// that can hang even while other workers are idle. A job keeps at most three such private
 /// halves; its deeper joins run `a` and then `b` as plain calls unless a worker is asking for
 /// work at that moment. Outside any pool, the call runs in the global
 /// pool. A panic in `a` or `b` is raised again once both have finished (`a`'s wins).
