@@ -372,11 +372,12 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
         }
     }
 
-    /// Runs `b` in the joiner's own frame, as part of the joiner's job (no admission): the
-    /// thread's current job is the joiner's already.
+    /// Runs `b` as part of the joiner's job (no admission): the thread's current job is the
+    /// joiner's already.
     #[inline]
     pub fn run_inline(&self) -> JobResult<R> {
-        // SAFETY: only the joiner runs it inline, after popping it back or seeing it handed back.
+        // SAFETY: only the joiner's thread runs it inline, with the joiner's job current: after
+        // popping it back or seeing it handed back, or in `run` while a wait of that job took it.
         let func = unsafe { (*self.func.get()).take() }.expect("a job runs once");
         JobResult::call(func)
     }
@@ -393,12 +394,25 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
         let worker = unsafe { WorkerThread::current_unchecked() };
         // SAFETY: the joiner keeps the job alive until it pops it or sees the latch set.
         let job = unsafe { &*this };
-        // Whoever runs this through its `JobRef` took it from a deque: a thief, or the owner
-        // itself while helping deeper in its stack (the joiner's own pop-back calls
-        // `run_inline` instead). Either way `b` would start above frames it is not part of, so
-        // it must be admitted like any job, or go back to the joiner unrun (B3, B5).
+        // Whoever runs this through its `JobRef` took it after its promotion: a thief, or the
+        // owner itself while a frame deeper in its stack waits (the joiner's own pop-back calls
+        // `run_inline` instead).
         crate::chaos::point();
         let registry = worker.registry();
+        if worker.runs_as_part_of(job.parent) {
+            // `b` is the current job's code, run while its `a` waits, exactly as if popped
+            // back. Admitting it instead could hand it back to an `a` that waits for it to
+            // start (the job's token lent out, none free): a hang.
+            // SAFETY: the joiner keeps the job alive until it sees the latch set; `func` is
+            // taken once (the job left the queues and `PrivateHalves` once).
+            unsafe {
+                *job.result.get() = job.run_inline();
+                Latch::set(&*job.latch, registry);
+            }
+            return;
+        }
+        // Else `b` would start above frames it is not part of, so it must be admitted like any
+        // job, or go back to the joiner unrun (B3, B5).
         // SAFETY: the joiner's job is alive while the joiner waits for this job.
         let lender = LenderRef::new(unsafe { registry.new_child(job.parent) });
         if !registry.try_admit(&lender) {

@@ -202,7 +202,8 @@ impl Registry {
         let own = here.filter(|w| w.registry.id == self.id);
         if let Some(worker) = own {
             // SAFETY: as above: `job` is not runnable yet while the loop runs.
-            if let Some(counted) = worker.help_until_admitted(|| unsafe { &*lender }, scope) {
+            let help = || worker.help_until_admitted(|| unsafe { &*lender }, scope);
+            if let Some(counted) = worker.while_admitting(help) {
                 if !counted {
                     count_in();
                 }
@@ -240,7 +241,11 @@ impl Registry {
             // Queued: a root (no parent here), so there is nothing to settle.
             return;
         }
-        wait_on(here, || lender.admission().is_some());
+        let wait = || wait_on(here, || lender.admission().is_some());
+        match own {
+            Some(worker) => worker.while_admitting(wait),
+            None => wait(),
+        }
         if let Some(child) = self.tokens.settle(lender) {
             self.start_granted(child);
         }
@@ -421,6 +426,9 @@ pub struct WorkerThread {
     rng: Cell<u64>,
     /// The level of the job this thread last finished outermost, if it was a spawned job.
     spawned_level: Cell<Option<usize>>,
+    /// The job whose spawn this thread waits to admit, innermost (null if none): it has a
+    /// child registered for a token, or about to be, so no other code of it may spawn now.
+    admitting: Cell<*const Lender>,
 }
 
 impl WorkerThread {
@@ -458,6 +466,24 @@ impl WorkerThread {
     #[inline]
     pub fn current_ptr(&self) -> *const Lender {
         self.current.get()
+    }
+
+    /// Runs `wait`, a wait of the current job's spawn for its admission, with that job marked as
+    /// admitting (see [`WorkerThread::runs_as_part_of`]).
+    fn while_admitting<T>(&self, wait: impl FnOnce() -> T) -> T {
+        let outer = self.admitting.replace(self.current.get());
+        let value = wait();
+        self.admitting.set(outer);
+        value
+    }
+
+    /// Whether a `join` half of the job `parent`, met by this thread after its promotion, may
+    /// run here as part of that job (`JoinJob::run`): `parent` is the current job, so every
+    /// frame above its `join` is its own (another job's run makes itself current), and no spawn
+    /// of it waits for admission (a job has one child waiting for its token at most).
+    #[inline]
+    pub fn runs_as_part_of(&self, parent: *const Lender) -> bool {
+        parent == self.current.get() && parent != self.admitting.get()
     }
 
     /// Runs `f` with `job` as this thread's current job, above the private halves kept now.
@@ -593,7 +619,8 @@ impl WorkerThread {
     }
 
     /// Promotes the oldest private half for this thread itself to run, as if a thief had asked
-    /// (it is admitted, or handed back, like any half taken from a deque). A thread that waits
+    /// (`JoinJob::run` runs it like any half taken from a deque: as part of its joiner's job if
+    /// that is the current one, else admitted or handed back). A thread that waits
     /// and finds no other work does this: the half's job may be what it waits for (a `join`
     /// whose `a` waits for `b` to start, across pools), and no one else may be there to ask.
     fn take_own_half(&self) -> Option<JobRef> {
@@ -782,6 +809,7 @@ pub fn main_loop(seed: WorkerSeed, registry: Arc<Registry>, on_start: impl FnOnc
         request,
         rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ (seed.index as u64 + 1).wrapping_mul(0xA24B_AED4)),
         spawned_level: Cell::new(None),
+        admitting: Cell::new(ptr::null()),
     };
     WORKER.with(|w| w.set(&worker));
     on_start(worker.index);

@@ -981,3 +981,84 @@ fn shape_2_started_above_three_kept_joins_of_another_job() {
         assert_idle_and_bounded(&a, 1, "A");
     });
 }
+
+/// Spins for `ms` milliseconds of CPU time: a plain long job that waits for nothing.
+fn busy(ms: u64) {
+    let until = Instant::now() + Duration::from_millis(ms);
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}
+
+/// Shape 2's `join(x, y)` whose `x` waits (through B) until `y` has started.
+fn x_waits_through_b_for_y(b: &treepool::ThreadPool) -> (i32, i32) {
+    let y_started = AtomicBool::new(false);
+    treepool::join(
+        || {
+            b.install(|| {
+                spin_until(|| y_started.load(Ordering::SeqCst));
+                11
+            })
+        },
+        || {
+            y_started.store(true, Ordering::SeqCst);
+            20
+        },
+    )
+}
+
+#[test]
+fn shape_2_while_the_joiners_token_is_lent_to_a_child_on_another_worker() {
+    // A: 2 threads, 1 token; B: 1 thread, 1 token. The scope job lends A's only token to C,
+    // which A's other worker runs for 300 ms; meanwhile shape 2's join runs in the scope body.
+    // A's first thread, waiting in `b.install`, takes `y` (its own half, or popped back after a
+    // promotion) with no token to admit it. Handing `y` back to its joiner, as a half of an
+    // older job must be, hung: the joiner is the job whose wait took it, and its `x` waits for
+    // `y`. Found by the fourth review of issue 10. Fixed: a half whose joiner's job is the
+    // thread's current job runs as part of that job (`JoinJob::run`).
+    watchdog(60, || {
+        let (a, b) = (pool(2, 1), pool(1, 1));
+        let c_started = AtomicBool::new(false);
+        let (x, y) = a.scope(|s| {
+            s.spawn(|_| {
+                c_started.store(true, Ordering::SeqCst);
+                busy(300);
+            });
+            // Until A's other worker took C, so that the loan is out while `y` is taken. (If it
+            // has not in 2 s, this thread runs C itself and the case is not covered; it cannot
+            // fail for it.)
+            let deadline = Instant::now() + Duration::from_secs(2);
+            spin_until(|| c_started.load(Ordering::SeqCst) || Instant::now() > deadline);
+            x_waits_through_b_for_y(&b)
+        });
+        assert_eq!((x, y), (11, 20));
+        assert_idle_and_bounded(&a, 1, "A");
+        assert_idle_and_bounded(&b, 2, "B");
+    });
+}
+
+#[test]
+fn shape_2_inside_a_join_whose_other_half_was_stolen() {
+    // As above with joins only: the job's token is lent to the outer join's `z`, which A's
+    // other worker stole (`join_until` serves its request, promoting `z`, the oldest private
+    // half) and runs for 300 ms.
+    watchdog(60, || {
+        let (a, b) = (pool(2, 1), pool(1, 1));
+        let z_started = AtomicBool::new(false);
+        let ((x, y), ()) = a.install(|| {
+            treepool::join(
+                || {
+                    common::join_until(|| z_started.load(Ordering::SeqCst));
+                    x_waits_through_b_for_y(&b)
+                },
+                || {
+                    z_started.store(true, Ordering::SeqCst);
+                    busy(300);
+                },
+            )
+        });
+        assert_eq!((x, y), (11, 20));
+        assert_idle_and_bounded(&a, 1, "A");
+        assert_idle_and_bounded(&b, 2, "B");
+    });
+}

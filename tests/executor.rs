@@ -440,6 +440,41 @@ fn a_waiting_thread_hands_back_its_own_join_half_instead_of_burying_a_lender() {
 }
 
 #[test]
+fn a_join_half_met_while_its_job_waits_to_admit_a_spawn_is_not_run_as_that_job() {
+    // Pool of 2 threads, 1 token. The scope job J lends its token to D, which the other worker
+    // runs for 300 ms. Then J joins: `a` spawns, and waits for a token (J's is lent, none is
+    // free); meanwhile the thread takes J's private `b`. Run as part of J there, `b`'s own
+    // spawn would be a second child of J waiting for its token, which the token table does not
+    // allow (debug builds assert it). So `b` is handed back, and J runs it after `a`.
+    watchdog(60, || {
+        let pool = pool(2, 1);
+        let d_started = AtomicBool::new(false);
+        let children = AtomicUsize::new(0);
+        pool.scope(|s| {
+            s.spawn(|_| {
+                d_started.store(true, Ordering::SeqCst);
+                let until = std::time::Instant::now() + std::time::Duration::from_millis(300);
+                while std::time::Instant::now() < until {
+                    std::hint::spin_loop();
+                }
+            });
+            // Until the other worker took D, so that J's token is out when `a` spawns. (If it
+            // has not in 2 s, this thread runs D itself and the case is not covered; it cannot
+            // fail for it.)
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+            spin_until(|| d_started.load(Ordering::SeqCst) || std::time::Instant::now() > deadline);
+            let child = |_: &treepool::Scope<'_>| {
+                children.fetch_add(1, Ordering::SeqCst);
+            };
+            treepool::join(|| s.spawn(child), || s.spawn(child));
+        });
+        assert_eq!(children.load(Ordering::SeqCst), 2);
+        common::wait_idle(&pool);
+        common::assert_idle(&pool.stats());
+    });
+}
+
+#[test]
 fn thread_names_and_indices() {
     watchdog(30, || {
         let pool = treepool::ThreadPoolBuilder::new()
