@@ -483,7 +483,14 @@ impl WorkerThread {
     /// of it waits for admission (a job has one child waiting for its token at most).
     #[inline]
     pub fn runs_as_part_of(&self, parent: *const Lender) -> bool {
-        parent == self.current.get() && parent != self.admitting.get()
+        parent == self.current.get() && !self.current_admits()
+    }
+
+    /// Whether the current job waits to admit one of its spawns.
+    #[inline]
+    fn current_admits(&self) -> bool {
+        let current = self.current.get();
+        !current.is_null() && current == self.admitting.get()
     }
 
     /// Runs `f` with `job` as this thread's current job, above the private halves kept now.
@@ -678,7 +685,13 @@ impl WorkerThread {
                 .map(|job| (job, None))
                 .or_else(|| self.steal_from_others().map(|(job, v)| (job, Some(v))))
                 .or_else(|| {
-                    let own = (!served).then(|| self.take_own_half()).flatten();
+                    // Not while the current job waits to admit a spawn: its halves could not run
+                    // as part of it (`runs_as_part_of`), only be handed back, and then a later
+                    // wait of the same job that needs its `b` (shape 2 across pools) would find
+                    // it nowhere. Kept private, the job's next wait takes it.
+                    let own = (!served && !self.current_admits())
+                        .then(|| self.take_own_half())
+                        .flatten();
                     own.map(|job| (job, None))
                 });
             crate::chaos::point();
@@ -695,7 +708,8 @@ impl WorkerThread {
             if served {
                 // The thief's window. Never sleep after such a round: it did not look at this
                 // thread's own deque or private halves, and a sleeper must have none (the half
-                // it waits for may be one of them).
+                // it waits for may be one of them), but for those of a job that waits to admit
+                // a spawn: that wait ends with a grant, which wakes this thread.
                 thread::yield_now();
                 continue;
             }

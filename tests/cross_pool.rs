@@ -990,11 +990,12 @@ fn busy(ms: u64) {
     }
 }
 
-/// Shape 2's `join(x, y)` whose `x` waits (through B) until `y` has started.
-fn x_waits_through_b_for_y(b: &treepool::ThreadPool) -> (i32, i32) {
+/// Shape 2's `join(x, y)` whose `x` runs `first`, then waits (through B) until `y` has started.
+fn x_waits_through_b_for_y(b: &treepool::ThreadPool, first: impl FnOnce() + Send) -> (i32, i32) {
     let y_started = AtomicBool::new(false);
     treepool::join(
         || {
+            first();
             b.install(|| {
                 spin_until(|| y_started.load(Ordering::SeqCst));
                 11
@@ -1007,33 +1008,66 @@ fn x_waits_through_b_for_y(b: &treepool::ThreadPool) -> (i32, i32) {
     )
 }
 
+/// Runs `body` in a scope of `a` (2 threads, 1 token) whose job has lent A's only token to a
+/// child C that A's other worker runs for 300 ms; then checks A and B are idle and bounded.
+fn with_the_token_lent(
+    a: &treepool::ThreadPool,
+    b: &treepool::ThreadPool,
+    body: impl for<'s> FnOnce(&treepool::Scope<'s>) -> (i32, i32) + Send,
+) {
+    let c_started = AtomicBool::new(false);
+    let (x, y) = a.scope(|s| {
+        s.spawn(|_| {
+            c_started.store(true, Ordering::SeqCst);
+            busy(300);
+        });
+        // Until A's other worker took C, so that the loan is out while `y` is met. (If it has
+        // not in 2 s, this thread runs C itself and the case is not covered; it cannot fail
+        // for it.)
+        let deadline = Instant::now() + Duration::from_secs(2);
+        spin_until(|| c_started.load(Ordering::SeqCst) || Instant::now() > deadline);
+        body(s)
+    });
+    assert_eq!((x, y), (11, 20));
+    assert_idle_and_bounded(a, 1, "A");
+    assert_idle_and_bounded(b, 2, "B");
+}
+
 #[test]
 fn shape_2_while_the_joiners_token_is_lent_to_a_child_on_another_worker() {
-    // A: 2 threads, 1 token; B: 1 thread, 1 token. The scope job lends A's only token to C,
-    // which A's other worker runs for 300 ms; meanwhile shape 2's join runs in the scope body.
-    // A's first thread, waiting in `b.install`, takes `y` (its own half, or popped back after a
-    // promotion) with no token to admit it. Handing `y` back to its joiner, as a half of an
-    // older job must be, hung: the joiner is the job whose wait took it, and its `x` waits for
-    // `y`. Found by the fourth review of issue 10. Fixed: a half whose joiner's job is the
-    // thread's current job runs as part of that job (`JoinJob::run`).
+    // A: 2 threads, 1 token; B: 1 thread, 1 token. Shape 2's join runs in the scope body while
+    // C holds the loan. A's first thread, waiting in `b.install`, meets `y` (its own half, or
+    // popped back after a promotion) with no token to admit it. Handing `y` back to its
+    // joiner, as a half of an older job must be, hung: the joiner is the job whose wait met it,
+    // and its `x` waits for `y`. Found by the fourth review of issue 10. Fixed: a half whose
+    // joiner's job is the thread's current job runs as part of that job (`JoinJob::run`).
     watchdog(60, || {
         let (a, b) = (pool(2, 1), pool(1, 1));
-        let c_started = AtomicBool::new(false);
-        let (x, y) = a.scope(|s| {
-            s.spawn(|_| {
-                c_started.store(true, Ordering::SeqCst);
-                busy(300);
-            });
-            // Until A's other worker took C, so that the loan is out while `y` is taken. (If it
-            // has not in 2 s, this thread runs C itself and the case is not covered; it cannot
-            // fail for it.)
-            let deadline = Instant::now() + Duration::from_secs(2);
-            spin_until(|| c_started.load(Ordering::SeqCst) || Instant::now() > deadline);
-            x_waits_through_b_for_y(&b)
+        with_the_token_lent(&a, &b, |_| x_waits_through_b_for_y(&b, || ()));
+    });
+}
+
+#[test]
+fn shape_2_whose_x_first_waits_for_a_spawns_admission() {
+    // As above, but `x` first spawns into the scope, which waits for a token (the job's is
+    // lent, none is free). That wait took `y` and handed it back (a job waiting to admit a
+    // spawn cannot run its halves: a second child of it would wait for its token), and the
+    // later wait through B found `y` nowhere. Found by the fifth review of issue 10. Fixed: a
+    // job's wait for an admission takes no private half.
+    watchdog(60, || {
+        let (a, b) = (pool(2, 1), pool(1, 1));
+        with_the_token_lent(&a, &b, |s| x_waits_through_b_for_y(&b, || s.spawn(|_| {})));
+    });
+}
+
+#[test]
+fn shape_2_whose_x_first_waits_for_a_nested_scopes_spawn() {
+    // As above, with the spawn in a scope of `x`'s own.
+    watchdog(60, || {
+        let (a, b) = (pool(2, 1), pool(1, 1));
+        with_the_token_lent(&a, &b, |_| {
+            x_waits_through_b_for_y(&b, || treepool::scope(|s2| s2.spawn(|_| {})))
         });
-        assert_eq!((x, y), (11, 20));
-        assert_idle_and_bounded(&a, 1, "A");
-        assert_idle_and_bounded(&b, 2, "B");
     });
 }
 
@@ -1049,7 +1083,7 @@ fn shape_2_inside_a_join_whose_other_half_was_stolen() {
             treepool::join(
                 || {
                     common::join_until(|| z_started.load(Ordering::SeqCst));
-                    x_waits_through_b_for_y(&b)
+                    x_waits_through_b_for_y(&b, || ())
                 },
                 || {
                     z_started.store(true, Ordering::SeqCst);
