@@ -674,7 +674,10 @@ impl WorkerThread {
             // Private halves of the jobs this thread waits in are work a thief may ask for (a
             // request stays up while there is none, for the next join to serve). A half just
             // promoted is left to the thief for this round: the thread's own pop would win it.
-            let served = self.halves.any() && self.serve_request();
+            // Not while the current job waits to admit a spawn: no token is free for a thief
+            // to admit the half, which it would hand back, out of reach of the waits that
+            // need it (see `take_own_half` below).
+            let served = self.halves.any() && !self.current_admits() && self.serve_request();
             let local = if served {
                 self.steal_injected()
             } else {
