@@ -674,10 +674,12 @@ impl WorkerThread {
             // Private halves of the jobs this thread waits in are work a thief may ask for (a
             // request stays up while there is none, for the next join to serve). A half just
             // promoted is left to the thief for this round: the thread's own pop would win it.
-            // Not while the current job waits to admit a spawn: no token is free for a thief
-            // to admit the half, which it would hand back, out of reach of the waits that
-            // need it (see `take_own_half` below).
-            let served = self.halves.any() && !self.current_admits() && self.serve_request();
+            // While the current job waits to admit a spawn, its halves are neither promoted nor
+            // taken: no token is free to admit one, and it could not run as part of the job
+            // (`runs_as_part_of`), so it would be handed back, out of reach of a later wait of
+            // the job that needs it (shape 2 across pools). Kept private, that wait takes it.
+            let admitting = self.current_admits();
+            let served = self.halves.any() && !admitting && self.serve_request();
             let local = if served {
                 self.steal_injected()
             } else {
@@ -688,14 +690,8 @@ impl WorkerThread {
                 .map(|job| (job, None))
                 .or_else(|| self.steal_from_others().map(|(job, v)| (job, Some(v))))
                 .or_else(|| {
-                    // Not while the current job waits to admit a spawn: its halves could not run
-                    // as part of it (`runs_as_part_of`), only be handed back, and then a later
-                    // wait of the same job that needs its `b` (shape 2 across pools) would find
-                    // it nowhere. Kept private, the job's next wait takes it.
-                    let own = (!served && !self.current_admits())
-                        .then(|| self.take_own_half())
-                        .flatten();
-                    own.map(|job| (job, None))
+                    let own = (!served && !admitting).then(|| self.take_own_half());
+                    own.flatten().map(|job| (job, None))
                 });
             crate::chaos::point();
             if let Some((job, victim)) = found {
