@@ -160,13 +160,12 @@ impl ThreadPoolBuilder {
             if let Some(name) = names[index].take() {
                 builder = builder.name(name);
             }
-            if let Some(bytes) = self.stack_size {
-                builder = builder.stack_size(bytes);
-            }
+            let stack_size = self.stack_size.unwrap_or_else(default_stack_size);
+            builder = builder.stack_size(stack_size);
             let core = cores.as_ref().map(|c| c[index % c.len()]);
             let worker_registry = registry.clone();
             let spawned = builder.spawn(move || {
-                main_loop(seed, worker_registry, |_| {
+                main_loop(seed, worker_registry, stack_size, |_| {
                     if let Some(core) = core {
                         core_affinity::set_for_current(core);
                     }
@@ -185,6 +184,15 @@ impl ThreadPoolBuilder {
         }
         Ok(registry)
     }
+}
+
+/// The stack size std gives a thread spawned without one: `RUST_MIN_STACK` if set, else 2 MiB.
+/// Passed explicitly, so that a worker knows the size of its stack (see `stack`).
+fn default_stack_size() -> usize {
+    std::env::var("RUST_MIN_STACK")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(2 << 20)
 }
 
 fn resolve_num_threads(n: usize) -> Result<usize, BuildError> {

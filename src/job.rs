@@ -171,21 +171,28 @@ impl<F: FnOnce() + Send> HeapJob<F> {
         })
     }
 
-    /// Admits the job into `registry` and makes it runnable (see [`Registry::admit`]). A job of a
-    /// scope must have been counted in the scope already.
-    pub fn admit(self: Box<Self>, registry: &Registry) {
-        self.admit_counting(registry, std::ptr::null());
+    /// Admits the job into `registry` and makes it runnable (see [`Registry::admit`]), from
+    /// the calling thread, whose worker state (if it is a worker) is `here`. A job of a scope
+    /// must have been counted in the scope already.
+    pub fn admit(self: Box<Self>, registry: &Registry, here: Option<&WorkerThread>) {
+        self.admit_counting(registry, here, std::ptr::null());
     }
 
-    /// [`HeapJob::admit`] for a job of a scope spawned on a worker of `registry`: the job is
-    /// counted in its scope at admission, or takes over a finished job's place in the count.
-    pub fn admit_in_scope(self: Box<Self>, registry: &Registry) {
+    /// [`HeapJob::admit`] for a job of a scope spawned on `worker`, a worker of `registry`: the
+    /// job is counted in its scope at admission, or takes over a finished job's place in the
+    /// count.
+    pub fn admit_in_scope(self: Box<Self>, registry: &Registry, worker: &WorkerThread) {
         let scope = self.scope;
-        self.admit_counting(registry, scope);
+        self.admit_counting(registry, Some(worker), scope);
     }
 
     /// [`HeapJob::admit`], counting the job in `count_in` unless null.
-    fn admit_counting(self: Box<Self>, registry: &Registry, count_in: *const CountLatch) {
+    fn admit_counting(
+        self: Box<Self>,
+        registry: &Registry,
+        here: Option<&WorkerThread>,
+        count_in: *const CountLatch,
+    ) {
         let job = self.into_job_ref();
         // The lender's address is the job's (`repr(C)`, first field), taken from the job's raw
         // pointer rather than from `&self.lender`: it must be valid for the whole job, which
@@ -196,7 +203,7 @@ impl<F: FnOnce() + Send> HeapJob<F> {
         // with its last reference, and `admit` does not dereference it once the job is
         // runnable. `count_in` is null or the job's scope, which outlives it, and on which the
         // spawning job or body holds a count.
-        unsafe { registry.admit(lender, job, count_in) };
+        unsafe { registry.admit(here, lender, job, count_in) };
     }
 
     /// Admits the job now if a token is free (its parent's, else the pool's) and makes it
@@ -264,9 +271,12 @@ pub trait Deferred: Send {
 impl<F: FnOnce() + Send> Deferred for HeapJob<F> {
     fn admit_as_child(mut self: Box<Self>, registry: &Registry) {
         // The lender made on the other pool's worker was a root and was never shared.
-        self.lender = registry.new_lender().embedded(Self::free);
+        let here = WorkerThread::current();
+        self.lender = registry
+            .new_lender_on(registry.own(here))
+            .embedded(Self::free);
         // Counted in the scope when it was spawned.
-        self.admit(registry);
+        self.admit(registry, here);
     }
 }
 
@@ -405,10 +415,9 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
             // start (the job's token lent out, none free): a hang.
             // SAFETY: the joiner keeps the job alive until it sees the latch set; `func` is
             // taken once (the job left the queues and `PrivateHalves` once).
-            unsafe {
-                *job.result.get() = job.run_inline();
-                Latch::set(&*job.latch, registry);
-            }
+            worker.start_job(|| unsafe { *job.result.get() = job.run_inline() });
+            // SAFETY: as above.
+            unsafe { Latch::set(&*job.latch, registry) };
             return;
         }
         // Else `b` would start above frames it is not part of, so it must be admitted like any

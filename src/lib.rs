@@ -65,6 +65,7 @@ mod pool;
 mod registry;
 mod scope;
 mod sleep;
+mod stack;
 mod stats;
 mod sync;
 mod token;

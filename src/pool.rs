@@ -156,7 +156,9 @@ where
     match here {
         Some(_) => registry.admit_on_credit(&lender, job_ref),
         // SAFETY: `lender` lives on this frame for the whole call.
-        None => unsafe { registry.admit(LenderRef::as_ptr(&lender), job_ref, std::ptr::null()) },
+        None => unsafe {
+            registry.admit(None, LenderRef::as_ptr(&lender), job_ref, std::ptr::null())
+        },
     }
     wait_on(here, || job.latch.probe());
     job.into_value()
@@ -172,7 +174,9 @@ fn spawn_in<F: FnOnce() + Send + 'static>(registry: &Registry, f: F) {
                 .handle_panic(payload);
         }
     };
-    HeapJob::new(registry.new_lender(), body, std::ptr::null()).admit(registry);
+    let here = WorkerThread::current();
+    let lender = registry.new_lender_on(registry.own(here));
+    HeapJob::new(lender, body, std::ptr::null()).admit(registry, here);
 }
 
 static GLOBAL: OnceLock<Arc<Registry>> = OnceLock::new();

@@ -7,7 +7,7 @@
 //! never run a job that was not admitted (the one exception is a join half run by its own joiner,
 //! which is part of the joiner's job).
 
-use std::cell::Cell;
+use std::cell::{Cell, OnceCell};
 use std::ptr;
 use std::sync::atomic::AtomicUsize as StdAtomicUsize;
 use std::time::Instant;
@@ -21,6 +21,7 @@ use crate::latch::{CountLatch, WakeTarget};
 use crate::lazy::{PrivateHalves, RequestFlag, WorkRequests};
 use crate::pacing::{Pacing, STEAL_BACKOFF};
 use crate::sleep::Sleep;
+use crate::stack::Headroom;
 use crate::stats::{Counter, Counters, Stats};
 use crate::sync::{thread, Arc, AtomicBool, Ordering};
 use crate::token::{Admission, Lender, LenderRef, Registration, Spare, TokenTable};
@@ -129,11 +130,22 @@ impl Registry {
     /// different pools are never linked).
     #[inline]
     pub fn new_lender(&self) -> Lender {
-        let parent = WorkerThread::current()
-            .filter(|w| w.registry.id == self.id)
-            .map(WorkerThread::current_ptr);
+        self.new_lender_on(self.own(WorkerThread::current()))
+    }
+
+    /// [`Registry::new_lender`] on `own`, the calling thread if it is a worker of this pool.
+    #[inline]
+    pub fn new_lender_on(&self, own: Option<&WorkerThread>) -> Lender {
+        let parent = own.map_or(ptr::null(), WorkerThread::current_ptr);
         // SAFETY: a thread's current job is alive while it runs there (null between jobs).
-        unsafe { self.new_child(parent.unwrap_or(ptr::null())) }
+        unsafe { self.new_child(parent) }
+    }
+
+    /// `here` (the calling thread's worker state, if it is a worker) if it is a worker of this
+    /// pool.
+    #[inline]
+    pub fn own<'a>(&self, here: Option<&'a WorkerThread>) -> Option<&'a WorkerThread> {
+        here.filter(|w| w.registry.id == self.id)
     }
 
     /// The state of a job of this pool whose parent is `parent` (a root if null).
@@ -149,9 +161,15 @@ impl Registry {
     /// Admits `lender` now if a token is free, counting it. No waiting.
     #[inline]
     pub fn try_admit(&self, lender: &Lender) -> bool {
+        self.try_admit_on(self.slot(), lender)
+    }
+
+    /// [`Registry::try_admit`] by the thread of counter row `slot`.
+    #[inline]
+    fn try_admit_on(&self, slot: usize, lender: &Lender) -> bool {
         match self.tokens.try_admit(lender) {
             Some(how) => {
-                self.note_admitted(lender, how);
+                self.note_admitted_on(slot, lender, how);
                 true
             }
             None => false,
@@ -167,7 +185,8 @@ impl Registry {
     }
 
     /// Admits the job `job` of `*lender` into this pool and makes it runnable, counting it in
-    /// `scope` first (unless null) if the calling thread is a worker of this pool.
+    /// `scope` first (unless null) if the calling thread is a worker of this pool. `here`: the
+    /// calling thread's worker state (`WorkerThread::current`), if it is a worker of any pool.
     ///
     /// While no token is free: a worker of this pool waits, running other admitted jobs; a
     /// thread outside every pool parks; a worker of *another* pool does not wait at all (it
@@ -186,36 +205,89 @@ impl Registry {
     /// inside `job`, so it is not dereferenced once the job can run (a reference would have to
     /// stay valid for the whole call). Admission then costs no reference-count traffic on it.
     /// `scope` is null or a latch that outlives the job, on which the calling job holds a count.
-    pub unsafe fn admit(&self, lender: *const Lender, job: JobRef, scope: *const CountLatch) {
-        // SAFETY: the caller's contract (the count the caller holds keeps it above zero).
-        let count_in = || unsafe { scope.as_ref() }.map_or((), CountLatch::increment);
+    pub unsafe fn admit(
+        &self,
+        here: Option<&WorkerThread>,
+        lender: *const Lender,
+        job: JobRef,
+        scope: *const CountLatch,
+    ) {
+        let own = self.own(here);
+        let slot = own.map_or(self.num_threads(), |w| w.index);
         // SAFETY: `lender` is valid until `job` is runnable (caller's contract); the reference
         // lives for this call only, which makes nothing runnable.
-        if self.try_admit(unsafe { &*lender }) {
-            count_in();
-            self.make_runnable(job);
+        if self.try_admit_on(slot, unsafe { &*lender }) {
+            // SAFETY: the caller's contract.
+            unsafe { count_in(scope) };
+            self.make_runnable_on(own, job);
             return;
         }
         // No token is free: this admission waits, helping or registered.
-        self.counters.bump(self.slot(), Counter::AdmissionWaits);
-        let here = WorkerThread::current();
-        let own = here.filter(|w| w.registry.id == self.id);
-        if let Some(worker) = own {
-            // SAFETY: as above: `job` is not runnable yet while the loop runs.
-            let help = || worker.help_until_admitted(|| unsafe { &*lender }, scope);
-            if let Some(counted) = worker.while_admitting(help) {
-                if !counted {
-                    count_in();
+        self.counters.bump(slot, Counter::AdmissionWaits);
+        let registered = match own {
+            Some(worker) => {
+                let spawn = WaitingSpawn {
+                    lender,
+                    job,
+                    scope,
+                    published: OnceCell::new(),
+                };
+                match worker.while_admitting(|| worker.help_until_admitted(&spawn)) {
+                    Helped::Admitted { counted } => {
+                        if !counted {
+                            // SAFETY: the caller's contract.
+                            unsafe { count_in(scope) };
+                        }
+                        worker.push(job);
+                        return;
+                    }
+                    // Registered by a wait above the loop: wait for the grant, if not in yet.
+                    Helped::Published => spawn.published.into_inner().flatten(),
+                    // SAFETY: the caller's contract; `job` is not runnable yet.
+                    Helped::Dry => unsafe {
+                        self.register_waiter(lender, job, scope, here, |job| worker.push(job))
+                    },
                 }
-                worker.push(job);
-                return;
             }
+            // SAFETY: as above.
+            None => unsafe {
+                self.register_waiter(lender, job, scope, here, |job| self.inject(job))
+            },
+        };
+        // Admitted on the spot, or queued from another pool's worker: nothing to wait for.
+        let Some(lender) = registered else { return };
+        let wait = || wait_on(here, || lender.admission().is_some());
+        match own {
+            Some(worker) => worker.while_admitting(wait),
+            None => wait(),
         }
-        count_in();
+        if let Some(child) = self.tokens.settle(&lender) {
+            self.start_granted(child);
+        }
+    }
+
+    /// Registers the job `job` of `*lender` as a waiter for a token, counting it in `scope`
+    /// first (unless null): from the registration on, a granter may make it runnable. Returns
+    /// the counted reference to wait on and settle, or `None` when there is nothing to wait
+    /// for: the job was admitted on the spot (then `run_where` made it runnable), or the calling thread is a
+    /// worker of another pool, whose spawn is queued and never waits (§1.4 of the design).
+    ///
+    /// # Safety
+    /// As for [`Registry::admit`]; `job` is not runnable yet, and `lender` not registered.
+    unsafe fn register_waiter(
+        &self,
+        lender: *const Lender,
+        job: JobRef,
+        scope: *const CountLatch,
+        here: Option<&WorkerThread>,
+        run_where: impl FnOnce(JobRef),
+    ) -> Option<LenderRef> {
+        // SAFETY: the caller's contract.
+        unsafe { count_in(scope) };
         // From here on the job may run and free the lender it holds: take a reference.
         // SAFETY: as above.
-        let lender = &unsafe { LenderRef::clone_raw(lender) };
-        let crossing = here.is_some() && own.is_none();
+        let lender = unsafe { LenderRef::clone_raw(lender) };
+        let crossing = here.is_some_and(|w| w.registry.id != self.id);
         // SAFETY: the lender is not registered anywhere yet.
         unsafe {
             lender.set_ticket(Ticket {
@@ -223,31 +295,21 @@ impl Registry {
                 waker: (!crossing).then(|| self.waker_for(here)),
             })
         };
-        match self.tokens.register(lender) {
+        match self.tokens.register(&lender) {
             Registration::Admitted => {
                 // SAFETY: admitted by this thread, so the ticket is ours.
                 drop(unsafe { lender.take_ticket() });
-                self.note_admitted(lender, Admission::Loan);
-                self.make_runnable(job);
-                return;
+                self.note_admitted(&lender, Admission::Loan);
+                run_where(job);
+                None
             }
             Registration::Waiting(granted) => {
                 if let Some(child) = granted {
                     self.start_granted(child);
                 }
+                // Queued: a root (no parent here), so there is nothing to settle.
+                (!crossing).then_some(lender)
             }
-        }
-        if crossing {
-            // Queued: a root (no parent here), so there is nothing to settle.
-            return;
-        }
-        let wait = || wait_on(here, || lender.admission().is_some());
-        match own {
-            Some(worker) => worker.while_admitting(wait),
-            None => wait(),
-        }
-        if let Some(child) = self.tokens.settle(lender) {
-            self.start_granted(child);
         }
     }
 
@@ -316,7 +378,13 @@ impl Registry {
 
     #[inline]
     fn note_admitted(&self, lender: &Lender, how: Admission) {
-        self.counters.bump(self.slot(), admission_counter(how));
+        self.note_admitted_on(self.slot(), lender, how);
+    }
+
+    /// [`Registry::note_admitted`] by the thread of counter row `slot`.
+    #[inline]
+    fn note_admitted_on(&self, slot: usize, lender: &Lender, how: Admission) {
+        self.counters.bump(slot, admission_counter(how));
         self.counters.job_admitted(lender.level());
     }
 
@@ -333,13 +401,22 @@ impl Registry {
     /// injector.
     #[inline]
     pub fn make_runnable(&self, job: JobRef) {
-        match WorkerThread::current() {
-            Some(w) if w.registry.id == self.id => w.push(job),
-            _ => {
-                self.injector.push(job);
-                self.sleep.new_work();
-            }
+        self.make_runnable_on(self.own(WorkerThread::current()), job);
+    }
+
+    /// [`Registry::make_runnable`] on `own`, the calling thread if it is a worker of this pool.
+    #[inline]
+    fn make_runnable_on(&self, own: Option<&WorkerThread>, job: JobRef) {
+        match own {
+            Some(w) => w.push(job),
+            None => self.inject(job),
         }
+    }
+
+    /// Pushes an admitted job to the injector, where every worker looks for work.
+    fn inject(&self, job: JobRef) {
+        self.injector.push(job);
+        self.sleep.new_work();
     }
 
     /// The calling thread's counter slot.
@@ -373,6 +450,42 @@ pub fn wait_on(here: Option<&WorkerThread>, done: impl Fn() -> bool) {
             }
         }
     }
+}
+
+/// Counts a job in its scope, unless `scope` is null.
+///
+/// # Safety
+/// `scope` is null or a live latch on which the calling job holds a count.
+unsafe fn count_in(scope: *const CountLatch) {
+    // SAFETY: the caller's contract (the count it holds keeps the latch above zero).
+    if let Some(latch) = unsafe { scope.as_ref() } {
+        latch.increment();
+    }
+}
+
+/// A spawn of this thread waiting for admission in the help-first loop, as the waits above it
+/// on the same thread see it. The loop registers nothing: a token freed by a job it runs reaches
+/// it through the `Spare`. But once a job that the loop runs waits itself, the spawn is buried
+/// under that wait for as long as it takes, where a token freed on another thread could not
+/// reach it; so that wait *publishes* it first: registers it in the token table, as the slow path
+/// does, and its granter makes it runnable (rule 5). The loop then waits for that grant.
+struct WaitingSpawn {
+    lender: *const Lender,
+    job: JobRef,
+    scope: *const CountLatch,
+    /// Set once published: the reference to wait on and settle, or `None` if the registration
+    /// admitted the job at once (then it is runnable).
+    published: OnceCell<Option<LenderRef>>,
+}
+
+/// How a help-first loop ended.
+enum Helped {
+    /// Admitted on a token the loop found; `counted`: with a place in the scope's count.
+    Admitted { counted: bool },
+    /// Registered by a wait above the loop (see [`WaitingSpawn`]); maybe admitted already.
+    Published,
+    /// The thread's deque ran dry first.
+    Dry,
 }
 
 /// The text of a panic payload.
@@ -429,6 +542,10 @@ pub struct WorkerThread {
     /// The job whose spawn this thread waits to admit, innermost (null if none): it has a
     /// child registered for a token, or about to be, so no other code of it may spawn now.
     admitting: Cell<*const Lender>,
+    /// The spawn waiting in the innermost help-first loop on this thread (null if none).
+    waiting_spawn: Cell<*const WaitingSpawn>,
+    /// Where on its stack this thread may start a job (see `stack`).
+    headroom: Headroom,
 }
 
 impl WorkerThread {
@@ -508,7 +625,7 @@ impl WorkerThread {
     /// the job was spawned (not a join's half or a call's root), so thief pacing may judge it.
     #[inline]
     pub fn run_admitted(&self, lender: LenderRef, spawned: bool, body: impl FnOnce()) {
-        self.with_current(LenderRef::as_ptr(&lender), body);
+        self.start_job(|| self.with_current(LenderRef::as_ptr(&lender), body));
         // Jobs run inside this one finished before it: what is left here is the outermost
         // job's (`run_stolen` reads it).
         self.spawned_level.set(spawned.then(|| lender.level()));
@@ -521,40 +638,100 @@ impl WorkerThread {
 
     /// The help-first loop of a spawn that found no token free: runs the newest jobs of this
     /// worker's deque (usually the siblings whose tokens the spawn waits for, so running one
-    /// frees a token without any queueing or wake-up) until `lender()` is admitted, on a token
-    /// one of them left in `spare` or by `try_admit`. Returns `None` when the deque ran dry
-    /// first, else whether the job came with a place in the count of `scope` (the spawn's scope,
-    /// or null), handed over by the job whose token it took (see [`WorkerThread::count_down`]).
-    fn help_until_admitted<'a>(
-        &self,
-        lender: impl Fn() -> &'a Lender,
-        scope: *const CountLatch,
-    ) -> Option<bool> {
+    /// frees a token without any queueing or wake-up) until the spawn's job is admitted, on a
+    /// token one of them left in `spare` or by `try_admit`, or until a wait above the loop
+    /// published it (see [`WaitingSpawn`]). A published spawn's admission comes from its granter.
+    fn help_until_admitted(&self, spawn: &WaitingSpawn) -> Helped {
+        // This loop is a wait above the waiting spawn below it, if there is one.
+        self.publish_waiting_spawn();
         let outer = self.spare.want(self.current.get());
-        let outer_scope = self.handoff.scope.replace(scope);
-        let admitted = loop {
+        let outer_scope = self.handoff.scope.replace(spawn.scope);
+        let below = self.waiting_spawn.replace(spawn);
+        // SAFETY: `lender` is valid while the job is not runnable, as in `admit`; the loop stops
+        // at the first sign that it may be (an admission, or a publication).
+        let lender = || unsafe { &*spawn.lender };
+        let helped = loop {
             let Some(ready) = self.pop() else {
-                break None;
+                break Helped::Dry;
             };
             // SAFETY: jobs in the deque are alive and run once, on a worker of their pool.
             unsafe { ready.run() };
             let registry = &self.registry;
+            // A published spawn keeps no token in the `Spare`: this finds none for it.
             if let Some((how, counted)) = registry.tokens.admit_spare(lender(), &self.spare) {
                 if counted {
                     registry.note_carried_in(self.index, lender(), how);
                 } else {
                     registry.note_admitted(lender(), how);
                 }
-                break Some(self.handoff.passed.replace(false));
+                break Helped::Admitted {
+                    counted: self.handoff.passed.replace(false),
+                };
             }
-            if registry.try_admit(lender()) {
-                break Some(false);
+            if spawn.published.get().is_some() {
+                break Helped::Published;
+            }
+            if registry.try_admit_on(self.index, lender()) {
+                break Helped::Admitted { counted: false };
             }
         };
         debug_assert!(!self.handoff.passed.get(), "a scope count handed to no one");
+        self.waiting_spawn.set(below);
         self.handoff.scope.set(outer_scope);
         self.spare.restore(outer);
-        admitted
+        helped
+    }
+
+    /// A wait begins on this thread, above the spawn waiting in the innermost help-first loop,
+    /// if there is one: publishes that spawn (see [`WaitingSpawn`]) unless the job that waits
+    /// now runs on a loan of the spawning job's token, or no other worker could grant it.
+    ///
+    /// Published, the spawn gets the first token that frees anywhere, and its granter pushes it
+    /// where that thread runs it: a freed token reaches the shallowest waiting spawn, not only
+    /// the deepest one on each thread. A spawning loop buried under one of its children that
+    /// holds a pool token (its loan is elsewhere, with another child) then keeps feeding other
+    /// workers while it is buried; left unpublished, its loan came back to it unused until this
+    /// thread returned to it, and idle workers took the buried child's tiny jobs one at a time.
+    /// Its cost: a registration and a settlement, several shared read-modify-writes where the
+    /// `Spare` needs none, so it is skipped where it gains nothing: when the waiting job holds
+    /// the spawning job's loan (a recursive split), the loan comes back here, to the `Spare`.
+    #[inline]
+    fn publish_waiting_spawn(&self) {
+        // SAFETY: a pointer set by `help_until_admitted` to a spawn on its own frame, which is
+        // below this one on the stack and restores the pointer before it returns.
+        let Some(spawn) = (unsafe { self.waiting_spawn.get().as_ref() }) else {
+            return;
+        };
+        if spawn.published.get().is_none() {
+            self.publish(spawn);
+        }
+    }
+
+    /// [`WorkerThread::publish_waiting_spawn`] for a spawn not published yet.
+    #[cold]
+    #[inline(never)]
+    fn publish(&self, spawn: &WaitingSpawn) {
+        // SAFETY: the spawn's job is not runnable yet, so its lender is alive; the current job
+        // runs on this thread.
+        let parent = unsafe { &*spawn.lender }.parent_ptr();
+        let sibling =
+            unsafe { self.current.get().as_ref() }.is_some_and(|j| j.is_pool_child_of(parent));
+        if !sibling || self.registry.num_threads() == 1 {
+            return;
+        }
+        // The innermost help-first loop is the spawn's own, so these name it (or nothing).
+        self.spare.restore(ptr::null());
+        self.handoff.scope.set(ptr::null());
+        let registry = &self.registry;
+        // Admitted at once (its parent's token is back), the job goes where the worker that
+        // asked finds it first: pushed here, this thread's next pop would take it.
+        let inject = |job| registry.inject(job);
+        // SAFETY: the spawn's job is not runnable yet and its lender is registered nowhere (it
+        // was not published), as `admit`'s contract requires of its caller.
+        let registered = unsafe {
+            registry.register_waiter(spawn.lender, spawn.job, spawn.scope, Some(self), inject)
+        };
+        let _ = spawn.published.set(registered);
     }
 
     /// A job of `scope` that this thread ran has finished: counts it out of `scope`, unless its
@@ -573,6 +750,18 @@ impl WorkerThread {
         }
         // SAFETY: the caller's contract.
         unsafe { CountLatch::decrement(scope, &self.registry) };
+    }
+
+    /// Starts `job`, the run of a job (or of a join half as part of its joiner's job) on this
+    /// thread, where the stack has room for it: every job starts through here (see `stack`).
+    #[inline]
+    pub fn start_job(&self, job: impl FnOnce()) {
+        let on_segment = || {
+            self.registry
+                .counters
+                .bump(self.index, Counter::StackSegments)
+        };
+        self.headroom.start(job, on_segment);
     }
 
     /// Keeps a join's `b` private to this thread (see `lazy`); returns its slot. Serves a
@@ -668,6 +857,7 @@ impl WorkerThread {
 
     /// Runs other jobs until `done`, sleeping when there are none.
     pub fn wait_until(&self, done: impl Fn() -> bool) {
+        self.publish_waiting_spawn();
         let mut idle = 0;
         let mut pacing = Pacing::new();
         while !done() {
@@ -809,7 +999,13 @@ impl WorkerThread {
 }
 
 /// The body of a worker thread: run jobs until the pool terminates and no work is left.
-pub fn main_loop(seed: WorkerSeed, registry: Arc<Registry>, on_start: impl FnOnce(usize)) {
+/// `stack_size`: the size of the thread's stack, for the stack-headroom rule (see `stack`).
+pub fn main_loop(
+    seed: WorkerSeed,
+    registry: Arc<Registry>,
+    stack_size: usize,
+    on_start: impl FnOnce(usize),
+) {
     let request: *const RequestFlag = registry.requests.flag(seed.index);
     let worker = WorkerThread {
         deque: seed.deque,
@@ -823,6 +1019,8 @@ pub fn main_loop(seed: WorkerSeed, registry: Arc<Registry>, on_start: impl FnOnc
         rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ (seed.index as u64 + 1).wrapping_mul(0xA24B_AED4)),
         spawned_level: Cell::new(None),
         admitting: Cell::new(ptr::null()),
+        waiting_spawn: Cell::new(ptr::null()),
+        headroom: Headroom::new(stack_size),
     };
     WORKER.with(|w| w.set(&worker));
     on_start(worker.index);

@@ -96,12 +96,12 @@ impl<'scope> Scope<'scope> {
                 scope.store_panic(payload);
             }
         };
-        let job = HeapJob::new(self.registry.new_lender(), body, &self.latch);
-        match WorkerThread::current() {
+        let here = WorkerThread::current();
+        let own = self.registry.own(here);
+        let job = HeapJob::new(self.registry.new_lender_on(own), body, &self.latch);
+        match own {
             // Counted in the scope at admission (see `Registry::admit`).
-            Some(w) if w.registry().id() == self.registry.id() => {
-                job.admit_in_scope(&self.registry)
-            }
+            Some(worker) => job.admit_in_scope(&self.registry, worker),
             // Another pool's worker, or a thread outside every pool that a job of this scope
             // started and waits for: waiting for a token here could wait for the owner's.
             _ => {

@@ -85,6 +85,12 @@ pub struct Stats {
     /// until an idle worker asks that thread for work, which then pushes its oldest private half
     /// to its deque. An un-promoted half is run inline by its joiner and counted nowhere.
     pub promotions: u64,
+    /// Jobs started on a new stack segment: every job starts with at least half of its worker's
+    /// stack free, and a job that a thread would start above frames taking more than that (its
+    /// helping nested that deep, as a deep spawn tree makes it) starts on a segment of the
+    /// worker's stack size, mapped from the heap and unmapped when the job returns. Zero for
+    /// trees whose helping stays shallow; see `docs/design.md` §4.4 for what a level costs.
+    pub stack_segments: u64,
 }
 
 /// The per-thread event counters.
@@ -104,6 +110,8 @@ pub enum Counter {
     AdmittedOnCredit,
     /// A join half promoted to a deque.
     Promotions,
+    /// A job started on a new stack segment.
+    StackSegments,
 }
 
 /// The exact in-flight count and its peak, together on one cache line (every change of the
@@ -121,7 +129,7 @@ pub struct Counters {
     /// every core's cache, where next to the in-flight count it would move with every change.
     peak_depth: CachePadded<AtomicUsize>,
     /// One row per worker, and a last one shared by threads outside the pool.
-    per_thread: Box<[CachePadded<[AtomicU64; 7]>]>,
+    per_thread: Box<[CachePadded<[AtomicU64; 8]>]>,
 }
 
 impl Counters {
@@ -216,6 +224,7 @@ impl Counters {
             handed_back: sum(Counter::HandedBack),
             admitted_on_credit: sum(Counter::AdmittedOnCredit),
             promotions: sum(Counter::Promotions),
+            stack_segments: sum(Counter::StackSegments),
         }
     }
 }

@@ -89,6 +89,14 @@ impl<T> WaiterQueue<T> {
         #[cfg(loom)]
         return lock(&self.inner).is_empty();
     }
+
+    /// The number of items, as of some moment during the call.
+    pub fn len(&self) -> usize {
+        #[cfg(not(loom))]
+        return self.inner.len();
+        #[cfg(loom)]
+        return lock(&self.inner).len();
+    }
 }
 
 impl<T> Default for WaiterQueue<T> {

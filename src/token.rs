@@ -175,6 +175,19 @@ impl Lender {
         decode(self.admission.load(Ordering::Acquire))
     }
 
+    /// Whether this job is a child of `parent` that took a pool token (not its parent's loan).
+    #[inline]
+    pub fn is_pool_child_of(&self, parent: *const Lender) -> bool {
+        // Relaxed: the calling thread runs this job (its admission happened before the run).
+        self.parent == parent && self.admission.load(Ordering::Relaxed) == POOL
+    }
+
+    /// The job's parent (null for a root).
+    #[inline]
+    pub fn parent_ptr(&self) -> *const Lender {
+        self.parent
+    }
+
     /// The job's parent, if it has one.
     #[inline]
     fn parent(&self) -> Option<&Lender> {
@@ -504,7 +517,7 @@ impl Spare {
         self.for_job.replace(job)
     }
 
-    /// Keeps tokens for `job` again (the value [`Spare::want`] returned).
+    /// Keeps tokens for `job` again (the value [`Spare::want`] returned), or for no job (null).
     #[inline]
     pub fn restore(&self, job: *const Lender) {
         debug_assert_eq!(self.held.get(), PENDING, "a kept token is used at once");
@@ -576,7 +589,7 @@ pub struct TokenTable {
     stale: AtomicUsize,
 }
 
-/// How many stale pool-queue entries trigger a purge: bounds the memory they hold.
+/// The fewest stale pool-queue entries that trigger a purge (see `TokenTable::settle`).
 const STALE_PURGE: usize = 32;
 
 impl TokenTable {
@@ -697,7 +710,11 @@ impl TokenTable {
     ///
     /// Stale entries leave the queue only when popped, which needs a pool token to be released;
     /// a job that holds the only token and spawns in a loop would pile them up without bound.
-    /// So every `STALE_PURGE` of them the queue is purged, which may admit a waiter: returned.
+    /// So once they are `STALE_PURGE` or more, and at least as many as the live entries, the
+    /// queue is purged, which may admit a waiter: returned. A purge pops and pushes back every
+    /// entry, so each stale entry pays for a constant share of it however many jobs wait (a
+    /// deep tree at one token keeps a waiting spawn per level), and at most `max(STALE_PURGE,
+    /// live waiters)` stale entries are kept.
     pub fn settle(&self, child: &LenderRef) -> Option<LenderRef> {
         if let Some(parent) = child.parent() {
             parent.withdraw_borrower(child);
@@ -706,7 +723,8 @@ impl TokenTable {
             return None;
         }
         // Relaxed: a trigger for housekeeping; the purge itself is exact.
-        if self.stale.fetch_add(1, Ordering::Relaxed) + 1 < STALE_PURGE {
+        let stale = self.stale.fetch_add(1, Ordering::Relaxed) + 1;
+        if stale < STALE_PURGE || stale * 2 < self.waiters.len() {
             return None;
         }
         self.stale.store(0, Ordering::Relaxed);

@@ -12,12 +12,11 @@
 mod common;
 
 use std::panic::{catch_unwind, panic_any, AssertUnwindSafe};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{describe, join_until, pool, spin_until, watchdog, Bomb};
+use common::{describe, in_child, join_until, pool, spin_until, watchdog, Bomb};
 
 /// Runs `f`, and describes its panic if it panicked.
 fn catch<R>(f: impl FnOnce() -> R) -> Result<R, String> {
@@ -275,43 +274,6 @@ fn join_raises_a_when_b_panics_with_a_bomb() {
 /// Set in the child processes that [`in_child`] starts.
 const CHILD_ENV: &str = "TREEPOOL_SOUNDNESS_CHILD";
 
-/// Runs the test `name` of this binary alone in a child process (with [`CHILD_ENV`] set) and
-/// asserts that it passes within `secs` seconds; kills it otherwise.
-fn in_child(name: &str, secs: u64) {
-    let mut child = Command::new(std::env::current_exe().expect("this test binary"))
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the child");
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    let timed_out = loop {
-        if child.try_wait().expect("poll the child").is_some() {
-            break false;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let output = child.wait_with_output().expect("the child's output");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let report = format!(
-        "child {name}: {}\n--- stdout\n{stdout}\n--- stderr\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(!timed_out, "killed after {secs} s (hang); {report}");
-    assert!(output.status.success(), "{report}");
-    assert!(
-        stdout.contains("1 passed"),
-        "the child ran no test; {report}"
-    );
-}
-
 /// Bug 4: `handle_panic` printed with `eprintln!`, which panics when stderr cannot be written,
 /// outside `catch_unwind`: a detached panic then killed the only worker (without a handler, and
 /// with a handler that panics). Runs in a child whose stderr is `/dev/full` (writes fail with
@@ -321,7 +283,7 @@ fn in_child(name: &str, secs: u64) {
 fn detached_panics_with_an_unwritable_stderr_do_not_kill_the_worker() {
     const NAME: &str = "detached_panics_with_an_unwritable_stderr_do_not_kill_the_worker";
     if std::env::var_os(CHILD_ENV).is_none() {
-        return watchdog(120, || in_child(NAME, 60));
+        return watchdog(120, || in_child(NAME, CHILD_ENV, 60));
     }
     // SAFETY: plain fd calls; fd 2 is replaced by /dev/full and restored from its saved copy.
     let saved = unsafe {

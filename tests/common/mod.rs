@@ -1,8 +1,10 @@
-//! Shared test helpers: a watchdog that turns a hang into a failure, pools, and a PRNG.
+//! Shared test helpers: a watchdog that turns a hang into a failure, child processes for tests
+//! that may abort, pools, and a PRNG.
 #![allow(dead_code)]
 
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Runs `f` on its own thread and fails the test if it has not returned within `secs` seconds
 /// (a hang becomes a failure instead of a stuck CI run). A panic in `f` fails the test too.
@@ -22,6 +24,83 @@ pub fn watchdog<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'st
         }
         Ok(Err(payload)) => std::panic::resume_unwind(payload),
         Err(_) => panic!("watchdog: the test did not finish within {secs} s (hang)"),
+    }
+}
+
+/// The last `max` bytes of `text` or a little less (whole characters), with a note of what was
+/// left out before them.
+pub fn tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("[{start} bytes left out]\n{}", &text[start..])
+}
+
+/// Runs the test `name` of this test binary alone in a child process, with the environment
+/// variable `env` set to `value`, and returns its stdout if it passed within `secs` seconds;
+/// kills it after that. The error is a report of what went wrong: the child's status and the
+/// last 16 KB of its stdout and of its stderr. A test that may abort the process (a stack
+/// overflow, a double panic) fails this way instead of taking the whole test binary down. The
+/// child knows it is one by `env`.
+pub fn child_outcome(name: &str, env: &str, value: &str, secs: u64) -> Result<String, String> {
+    let mut child = Command::new(std::env::current_exe().expect("this test binary"))
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(env, value)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the child");
+    // Drained on their own threads while the child runs: a full pipe would block it.
+    let drain = |mut pipe: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("the child's stdout")));
+    let stderr = drain(Box::new(child.stderr.take().expect("the child's stderr")));
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let (status, timed_out) = loop {
+        if let Some(status) = child.try_wait().expect("poll the child") {
+            break (status, false);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break (child.wait().expect("reap the child"), true);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stdout = stdout.join().expect("the child's stdout");
+    let stderr = stderr.join().expect("the child's stderr");
+    let report = || {
+        format!(
+            "child {name} ({env}={value}): {status}\n--- stdout\n{}\n--- stderr\n{}",
+            tail(&stdout, 16_000),
+            tail(&stderr, 16_000)
+        )
+    };
+    if timed_out {
+        Err(format!("killed after {secs} s (hang); {}", report()))
+    } else if !status.success() {
+        Err(report())
+    } else if !stdout.contains("1 passed") {
+        Err(format!("the child ran no test; {}", report()))
+    } else {
+        Ok(stdout)
+    }
+}
+
+/// Runs the test `name` of this test binary alone in a child process with `env=1` (see
+/// [`child_outcome`]) and asserts that it passes within `secs` seconds; kills it otherwise.
+pub fn in_child(name: &str, env: &str, secs: u64) {
+    if let Err(report) = child_outcome(name, env, "1", secs) {
+        panic!("{report}");
     }
 }
 
@@ -90,6 +169,24 @@ pub fn assert_bounds(stats: &treepool::Stats, cap: usize) {
         stats.inflight <= cap * stats.peak_depth.max(1),
         "B2: inflight {} > cap {cap} x levels {}",
         stats.inflight,
+        stats.peak_depth
+    );
+}
+
+/// Asserts B1 and B2 on the peaks of a snapshot: at most `cap` jobs ever executed at once, at
+/// most `cap` tokens were ever in use, and the most jobs ever in flight is at most `cap` × the
+/// deepest level admitted (which only grows, so it bounds every earlier instant too). Only for
+/// pools that no other pool's jobs called into (those add credit tokens to the bounds).
+pub fn assert_peak_bounds(stats: &treepool::Stats, cap: usize) {
+    assert!(
+        stats.peak_executing <= cap,
+        "B1: peak executing {} > cap {cap}",
+        stats.peak_executing
+    );
+    assert!(
+        stats.peak_inflight <= cap * stats.peak_depth.max(1),
+        "B2: peak inflight {} > cap {cap} x levels {}",
+        stats.peak_inflight,
         stats.peak_depth
     );
 }

@@ -1,0 +1,108 @@
+//! Stack headroom: no job starts where its thread's stack cannot hold it.
+//!
+//! This module owns the one rule that keeps treepool's helping from overflowing a stack (B5):
+//! **every job starts with at least half of its worker's stack size free.** A thread that waits
+//! (for a `join` half, a scope's end, or a spawn's admission) runs other jobs above its waiting
+//! frame, and those can wait and help in turn, so the nesting follows the tree: a spawn tree
+//! whose levels must all stay in flight (a chain of spawns on one token) keeps a waiting frame
+//! per level on some thread, however deep. Every job a worker runs starts in
+//! [`Headroom::start`], which compares the stack pointer with the thread's *low-water mark*;
+//! below it, the job runs on a *segment*: a stack of the worker's size mapped from the heap,
+//! with a guard page (corosensei's `DefaultStack`, and its `on_stack` to switch), where the same
+//! rule then applies with the segment's own mark. So
+//! the frames of deep helping live on segments, bounded by memory rather than by the thread's
+//! stack; what a level of such a tree costs is measured in `docs/benchmarks.md`.
+//!
+//! A segment that a job returns from is kept for the next job that needs one (one per thread;
+//! a second is unmapped): a loop that starts many jobs just past the mark would otherwise map
+//! and unmap one per job, about a hundred times the cost of the jobs.
+//!
+//! It never runs, admits or schedules anything: it only decides on which stack a job starts.
+
+use std::cell::Cell;
+use std::io::Write;
+
+use corosensei::stack::{DefaultStack, Stack};
+
+/// One worker's rule: where its next job may start, and the segment it keeps.
+pub struct Headroom {
+    /// The lowest stack address at which a job may start on the stack the thread runs on now.
+    low_water: Cell<usize>,
+    /// The size of a segment: the worker's own stack size.
+    segment_size: usize,
+    /// A segment no job runs on, kept for the next one that needs it.
+    spare: Cell<Option<DefaultStack>>,
+}
+
+impl Headroom {
+    /// The rule for the calling thread, a worker near the base of a stack of `size` bytes.
+    pub fn new(size: usize) -> Self {
+        Headroom {
+            low_water: Cell::new(stack_pointer().saturating_sub(size / 2)),
+            segment_size: size,
+            spare: Cell::new(None),
+        }
+    }
+
+    /// Runs `job` on the current stack if at least half a worker's stack is left, else on a
+    /// segment, calling `on_segment` first. The check is a load and a compare.
+    #[inline]
+    pub fn start(&self, job: impl FnOnce(), on_segment: impl FnOnce()) {
+        if stack_pointer() >= self.low_water.get() {
+            job();
+        } else {
+            on_segment();
+            self.on_segment(job);
+        }
+    }
+
+    /// Runs `job` on a segment with the rule moved onto it; restores the rule of the stack
+    /// below once the job has returned, and keeps the segment for the next job that needs one.
+    #[cold]
+    #[inline(never)]
+    fn on_segment(&self, job: impl FnOnce()) {
+        let size = self.segment_size;
+        let mut segment = self
+            .spare
+            .take()
+            .map_or_else(|| DefaultStack::new(size), Ok)
+            .unwrap_or_else(|err| no_segment(size, err));
+        let below = self.low_water.replace(segment.base().get() - size / 2);
+        corosensei::on_stack(&mut segment, job);
+        self.low_water.set(below);
+        // A segment kept already (one a deeper job returned from) is unmapped here.
+        drop(self.spare.replace(Some(segment)));
+    }
+}
+
+/// Out of address space or memory for a segment: as on a failed allocation, there is no way
+/// on (the job cannot start where it would overflow), so say why and abort.
+#[cold]
+fn no_segment(size: usize, err: std::io::Error) -> ! {
+    let _ = writeln!(
+        std::io::stderr(),
+        "treepool: cannot map a stack segment of {size} bytes for a deeply nested job: {err}; \
+         aborting"
+    );
+    std::process::abort()
+}
+
+/// The stack pointer.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn stack_pointer() -> usize {
+    let sp: usize;
+    // SAFETY: copies a register; touches no memory, the stack or the flags.
+    unsafe {
+        std::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags))
+    };
+    sp
+}
+
+/// An address in the caller's frame: the stack pointer, give or take that frame.
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn stack_pointer() -> usize {
+    let marker = 0u8;
+    std::hint::black_box(&marker) as *const u8 as usize
+}
