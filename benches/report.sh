@@ -14,7 +14,7 @@
 #   TREEPOOL_BENCH_MEM_RUNS=N       untimed runs per memory figure (default 3; 1 when quick)
 #   TREEPOOL_BENCH_IDLE_SECS=S      idle window of the idle bench (default 1.0)
 #   TREEPOOL_REPORT_BENCHES="..."   subset of: join_tree fib quicksort scope_fanout indexer
-#                                   producer idle (default: all)
+#                                   producer idle deep install_latency (default: all)
 #   TREEPOOL_REPORT_CRITERION_ARGS  extra arguments for criterion (e.g. "--sample-size 20")
 #   TREEPOOL_REPORT_OUT=path        output file (default docs/benchmarks.md)
 #
@@ -25,7 +25,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-all_benches="join_tree fib quicksort scope_fanout indexer producer idle"
+all_benches="join_tree fib quicksort scope_fanout indexer producer idle deep install_latency"
 benches="${TREEPOOL_REPORT_BENCHES:-$all_benches}"
 out="${TREEPOOL_REPORT_OUT:-docs/benchmarks.md}"
 quick="${TREEPOOL_BENCH_QUICK:-0}"
@@ -175,7 +175,7 @@ w("Regenerate this file with `benches/report.sh` (it runs every bench target in 
   "results; `TREEPOOL_REPORT_THREADS=\"2 max\"` picks the pool sizes (`max` = "
   "`nproc`), `TREEPOOL_BENCH_CAPS=1,2,4,8,16,64` the `max_inflight` sweep. "
   "Single workloads: `cargo bench --bench <name>` with `join_tree`, `fib`, `quicksort`, "
-  "`scope_fanout`, `indexer`, `producer`, `idle`; the thread count comes from "
+  "`scope_fanout`, `indexer`, `producer`, `idle`, `deep`, `install_latency`; the thread count comes from "
   "`TREEPOOL_BENCH_THREADS` (default 2). See the header of `benches/report.sh` for every knob.\n")
 w("Times are criterion medians (`target/criterion/<group>/<function>/new/estimates.json`). The "
   "treepool and rayon pools have the same number of workers, are built once per group and "
@@ -441,6 +441,50 @@ for t in threads:
     f = lambda x: "—" if x is None else f"{x:.2f} ms"
     win = rs.get("treepool", rs.get("none"))["window_s"]
     w(f"| {t} | {win:.2f} s | {f(get('none'))} | {f(tp)} | {f(ry)} | {v} |")
+w("")
+
+# 8. deep spawn trees
+w("## 8. Deep spawn trees: memory and time\n")
+w("Target (issue \"Never overflow the stack\"): every shape runs to the end; at most 1 KiB of "
+  "peak RSS per level where the lending rules keep the levels in flight (1 thread, "
+  "`max_inflight(1)`); no stack growth where tokens are free. Each memory row is one run in a "
+  "fresh child process (`benches/deep.rs`): peak RSS (`VmHWM`) above the RSS just before the "
+  "run. Shapes: a spawn-first chain of 100,000 links (`link(s, d)` spawns `link(s, d - 1)`, "
+  "then a leaf), a work queue of 200,000 jobs (each pops the best item of a shared heap, "
+  "pushes three, spawns three), a detached chain 100,000 deep (`spawn(next); spawn(side)`).\n")
+w("| shape | pool | threads | max_inflight | peak RSS | per level | per job in flight | "
+  "peak_depth | peak_inflight | jobs started on stack segments | run time |")
+w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+for t in threads:
+    for r in rows("deep", t):
+        tp = r["pool"] == "treepool"
+        per = lambda k: fmt_bytes(r["peak_rss_bytes"] // r[k]) if tp and r[k] else "—"
+        w(f"| {r['workload'].removeprefix('deep_')} | {r['pool']} | {r['threads']} | "
+          f"{r['max_inflight'] if tp else '—'} | {fmt_bytes(r['peak_rss_bytes'])} | "
+          f"{per('peak_depth')} | {per('peak_inflight')} | {r['peak_depth'] if tp else '—'} | "
+          f"{r['peak_inflight'] if tp else '—'} | {r['stack_segments'] if tp else '—'} | "
+          f"{r['ms']:.1f} ms |")
+w("")
+time_table("8b. Deep spawn trees: time", "none (the shapes must run to the end; rayon-demo's "
+           "TSP on 11 random cities is a work-queue program of about 130,000 jobs)",
+           [("spawn-first chain, 100,000 links", "deep_chain_100k", False),
+            ("work queue, 200,000 jobs", "deep_queue_200k", False),
+            ("detached chain, 100,000 deep", "deep_detached_100k", False),
+            ("rayon-demo's TSP, 11 cities", "deep_tsp_11", False)], le(1.00))
+
+# 9. install latency
+w("## 9. A small `install` while one big scope saturates the pool\n")
+w("Target: treepool keeps what admission gives for free (a root waits for the first token that "
+  "frees, not for the scope): median about 0.2–0.3 ms or less. One thread runs a scope of "
+  "20,000 spawns of 100 µs of spinning; another times `pool.install(|| ())` every 5 ms until "
+  "the scope ends (`benches/install_latency.rs`).\n")
+w("| threads | pool | installs | median | p90 | max |")
+w("|---:|---|---:|---:|---:|---:|")
+for t in threads:
+    for r in rows("install_latency", t):
+        ms = lambda k: "—" if r.get(k) is None else f"{r[k]:.3f} ms"
+        w(f"| {t} | {r['pool']} | {r['installs']} | {ms('median_ms')} | {ms('p90_ms')} | "
+          f"{ms('max_ms')} |")
 w("")
 
 # sweep

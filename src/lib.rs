@@ -16,7 +16,10 @@
 //!   the tree: a loop spawning a million children waits in [`Scope::spawn`] for admission;
 //! * no tree deadlocks, even with `max_inflight = 1` on one thread, and pools may call each
 //!   other: a call from a job of another pool runs on its caller's credit instead of waiting
-//!   for a token, which adds one to that pool's bounds while it runs ([`Stats::calls_in`]).
+//!   for a token, which adds one to that pool's bounds while it runs ([`Stats::calls_in`]);
+//! * no tree overflows a stack through the pool's helping, however deep: every job starts with
+//!   at least half of its worker's stack free, and helping that nests deeper runs on stack
+//!   segments mapped from the heap ([`Stats::stack_segments`]).
 //!
 //! An un-stolen `join` touches no shared state: only a thief admits the second half.
 //!

@@ -22,7 +22,7 @@ use crate::lazy::{PrivateHalves, RequestFlag, WorkRequests};
 use crate::pacing::{Pacing, STEAL_BACKOFF};
 use crate::sleep::Sleep;
 use crate::stack::Headroom;
-use crate::stats::{Counter, Counters, Stats};
+use crate::stats::{bump_own, Counter, Counters, Row, Stats};
 use crate::sync::{thread, Arc, AtomicBool, Ordering};
 use crate::token::{Admission, Lender, LenderRef, Registration, Spare, TokenTable};
 
@@ -223,7 +223,10 @@ impl Registry {
             return;
         }
         // No token is free: this admission waits, helping or registered.
-        self.counters.bump(slot, Counter::AdmissionWaits);
+        match own {
+            Some(worker) => worker.bump(Counter::AdmissionWaits),
+            None => self.counters.bump(slot, Counter::AdmissionWaits),
+        }
         let registered = match own {
             Some(worker) => {
                 let spawn = WaitingSpawn {
@@ -389,11 +392,11 @@ impl Registry {
     }
 
     /// [`Registry::note_admitted`] for a job that took over a finished job's place in the
-    /// in-flight count with its token (see `Spare`): the count does not change. `slot` is the
-    /// calling worker's index (its help loop knows it; no thread-local lookup).
+    /// in-flight count with its token (see `Spare`): the count does not change. `worker` is the
+    /// calling worker (its help loop knows it; no thread-local lookup).
     #[inline]
-    fn note_carried_in(&self, slot: usize, lender: &Lender, how: Admission) {
-        self.counters.bump(slot, admission_counter(how));
+    fn note_carried_in(&self, worker: &WorkerThread, lender: &Lender, how: Admission) {
+        worker.bump(admission_counter(how));
         self.counters.job_carried_in(lender.level());
     }
 
@@ -546,6 +549,11 @@ pub struct WorkerThread {
     waiting_spawn: Cell<*const WaitingSpawn>,
     /// Where on its stack this thread may start a job (see `stack`).
     headroom: Headroom,
+    /// Whether another worker could grant a token to a spawn of this one: the pool has more
+    /// than one worker (see [`WorkerThread::publish_waiting_spawn`]).
+    grants_elsewhere: bool,
+    /// This worker's row of its pool's event counters.
+    counters_row: *const Row,
 }
 
 impl WorkerThread {
@@ -660,7 +668,7 @@ impl WorkerThread {
             // A published spawn keeps no token in the `Spare`: this finds none for it.
             if let Some((how, counted)) = registry.tokens.admit_spare(lender(), &self.spare) {
                 if counted {
-                    registry.note_carried_in(self.index, lender(), how);
+                    registry.note_carried_in(self, lender(), how);
                 } else {
                     registry.note_admitted(lender(), how);
                 }
@@ -702,23 +710,20 @@ impl WorkerThread {
         let Some(spawn) = (unsafe { self.waiting_spawn.get().as_ref() }) else {
             return;
         };
-        if spawn.published.get().is_none() {
+        // SAFETY: the current job runs on this thread, and the spawn's job is not runnable yet,
+        // so its lender is alive.
+        let sibling = unsafe { self.current.get().as_ref() }
+            .is_some_and(|job| job.is_pool_child_of(unsafe { &*spawn.lender }.parent_ptr()));
+        if sibling && self.grants_elsewhere && spawn.published.get().is_none() {
             self.publish(spawn);
         }
     }
 
-    /// [`WorkerThread::publish_waiting_spawn`] for a spawn not published yet.
+    /// Registers `spawn`, waiting in the innermost help-first loop, in the token table (see
+    /// [`WorkerThread::publish_waiting_spawn`]).
     #[cold]
     #[inline(never)]
     fn publish(&self, spawn: &WaitingSpawn) {
-        // SAFETY: the spawn's job is not runnable yet, so its lender is alive; the current job
-        // runs on this thread.
-        let parent = unsafe { &*spawn.lender }.parent_ptr();
-        let sibling =
-            unsafe { self.current.get().as_ref() }.is_some_and(|j| j.is_pool_child_of(parent));
-        if !sibling || self.registry.num_threads() == 1 {
-            return;
-        }
         // The innermost help-first loop is the spawn's own, so these name it (or nothing).
         self.spare.restore(ptr::null());
         self.handoff.scope.set(ptr::null());
@@ -750,6 +755,13 @@ impl WorkerThread {
         }
         // SAFETY: the caller's contract.
         unsafe { CountLatch::decrement(scope, &self.registry) };
+    }
+
+    /// Counts an event in this worker's own row of its pool's counters.
+    #[inline]
+    pub fn bump(&self, counter: Counter) {
+        // SAFETY: the row is this worker's, in the registry its `Arc` keeps alive.
+        unsafe { bump_own(self.counters_row, counter) };
     }
 
     /// Starts `job`, the run of a job (or of a join half as part of its joiner's job) on this
@@ -821,7 +833,7 @@ impl WorkerThread {
     /// whose `a` waits for `b` to start, across pools), and no one else may be there to ask.
     fn take_own_half(&self) -> Option<JobRef> {
         let half = self.halves.promote_oldest()?;
-        self.registry.counters.bump(self.index, Counter::Promotions);
+        self.bump(Counter::Promotions);
         Some(half)
     }
 
@@ -968,7 +980,7 @@ impl WorkerThread {
             for victim in (start..n).chain(0..start).filter(|&v| v != self.index) {
                 match stealers[victim].steal() {
                     Steal::Success(job) => {
-                        self.registry.counters.bump(self.index, Counter::Steals);
+                        self.bump(Counter::Steals);
                         return Some((job, victim));
                     }
                     Steal::Retry => retry = true,
@@ -1007,6 +1019,8 @@ pub fn main_loop(
     on_start: impl FnOnce(usize),
 ) {
     let request: *const RequestFlag = registry.requests.flag(seed.index);
+    let grants_elsewhere = registry.num_threads() > 1;
+    let counters_row = registry.counters.row(seed.index);
     let worker = WorkerThread {
         deque: seed.deque,
         index: seed.index,
@@ -1021,6 +1035,8 @@ pub fn main_loop(
         admitting: Cell::new(ptr::null()),
         waiting_spawn: Cell::new(ptr::null()),
         headroom: Headroom::new(stack_size),
+        grants_elsewhere,
+        counters_row,
     };
     WORKER.with(|w| w.set(&worker));
     on_start(worker.index);

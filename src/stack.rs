@@ -17,12 +17,31 @@
 //! a second is unmapped): a loop that starts many jobs just past the mark would otherwise map
 //! and unmap one per job, about a hundred times the cost of the jobs.
 //!
+//! Segments exist where corosensei supports the target (the list in `Cargo.toml`); elsewhere
+//! a job starts where it is, as before this rule.
+//!
 //! It never runs, admits or schedules anything: it only decides on which stack a job starts.
 
 use std::cell::Cell;
-use std::io::Write;
 
-use corosensei::stack::{DefaultStack, Stack};
+/// A stack segment: where the target has them (corosensei supports it; this list is the one in
+/// `Cargo.toml`), a mapped stack with a guard page.
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "x86",
+    all(target_arch = "aarch64", not(windows)),
+    all(target_arch = "riscv64", not(windows))
+))]
+type Segment = corosensei::stack::DefaultStack;
+
+/// On other targets there are no segments: jobs start where they are, as before B5 had them.
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "x86",
+    all(target_arch = "aarch64", not(windows)),
+    all(target_arch = "riscv64", not(windows))
+)))]
+enum Segment {}
 
 /// One worker's rule: where its next job may start, and the segment it keeps.
 pub struct Headroom {
@@ -31,7 +50,7 @@ pub struct Headroom {
     /// The size of a segment: the worker's own stack size.
     segment_size: usize,
     /// A segment no job runs on, kept for the next one that needs it.
-    spare: Cell<Option<DefaultStack>>,
+    spare: Cell<Option<Segment>>,
 }
 
 impl Headroom {
@@ -58,14 +77,21 @@ impl Headroom {
 
     /// Runs `job` on a segment with the rule moved onto it; restores the rule of the stack
     /// below once the job has returned, and keeps the segment for the next job that needs one.
+    #[cfg(any(
+        target_arch = "x86_64",
+        target_arch = "x86",
+        all(target_arch = "aarch64", not(windows)),
+        all(target_arch = "riscv64", not(windows))
+    ))]
     #[cold]
     #[inline(never)]
     fn on_segment(&self, job: impl FnOnce()) {
+        use corosensei::stack::Stack;
         let size = self.segment_size;
         let mut segment = self
             .spare
             .take()
-            .map_or_else(|| DefaultStack::new(size), Ok)
+            .map_or_else(|| Segment::new(size), Ok)
             .unwrap_or_else(|err| no_segment(size, err));
         let below = self.low_water.replace(segment.base().get() - size / 2);
         corosensei::on_stack(&mut segment, job);
@@ -73,12 +99,25 @@ impl Headroom {
         // A segment kept already (one a deeper job returned from) is unmapped here.
         drop(self.spare.replace(Some(segment)));
     }
+
+    /// Without segments the job starts where it is.
+    #[cfg(not(any(
+        target_arch = "x86_64",
+        target_arch = "x86",
+        all(target_arch = "aarch64", not(windows)),
+        all(target_arch = "riscv64", not(windows))
+    )))]
+    fn on_segment(&self, job: impl FnOnce()) {
+        job();
+    }
 }
 
 /// Out of address space or memory for a segment: as on a failed allocation, there is no way
 /// on (the job cannot start where it would overflow), so say why and abort.
 #[cold]
+#[allow(dead_code)] // on targets without segments
 fn no_segment(size: usize, err: std::io::Error) -> ! {
+    use std::io::Write;
     let _ = writeln!(
         std::io::stderr(),
         "treepool: cannot map a stack segment of {size} bytes for a deeply nested job: {err}; \

@@ -85,11 +85,12 @@ pub struct Stats {
     /// until an idle worker asks that thread for work, which then pushes its oldest private half
     /// to its deque. An un-promoted half is run inline by its joiner and counted nowhere.
     pub promotions: u64,
-    /// Jobs started on a new stack segment: every job starts with at least half of its worker's
+    /// Jobs started on a stack segment: every job starts with at least half of its worker's
     /// stack free, and a job that a thread would start above frames taking more than that (its
     /// helping nested that deep, as a deep spawn tree makes it) starts on a segment of the
-    /// worker's stack size, mapped from the heap and unmapped when the job returns. Zero for
-    /// trees whose helping stays shallow; see `docs/design.md` §4.4 for what a level costs.
+    /// worker's stack size mapped from the heap (each worker keeps one such segment for reuse
+    /// and unmaps the others when their jobs return). Zero for trees whose helping stays
+    /// shallow; see `docs/design.md` §4.4 for what a level costs.
     pub stack_segments: u64,
 }
 
@@ -110,8 +111,24 @@ pub enum Counter {
     AdmittedOnCredit,
     /// A join half promoted to a deque.
     Promotions,
-    /// A job started on a new stack segment.
+    /// A job started on a stack segment.
     StackSegments,
+}
+
+/// One thread's event counters, one cell per [`Counter`].
+pub type Row = [AtomicU64; 8];
+
+/// Counts an event in `row`, a worker's own row (from [`Counters::row`]), on its own thread.
+///
+/// # Safety
+/// `row` came from `Counters::row` for the calling worker, and its `Counters` is alive.
+#[inline]
+pub unsafe fn bump_own(row: *const Row, counter: Counter) {
+    // SAFETY: the caller's contract.
+    let cell = unsafe { &(*row)[counter as usize] };
+    // One writer (the row's worker), so a load and a store count exactly. Relaxed: an
+    // independent event count, summed on read.
+    cell.store(cell.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
 }
 
 /// The exact in-flight count and its peak, together on one cache line (every change of the
@@ -129,7 +146,7 @@ pub struct Counters {
     /// every core's cache, where next to the in-flight count it would move with every change.
     peak_depth: CachePadded<AtomicUsize>,
     /// One row per worker, and a last one shared by threads outside the pool.
-    per_thread: Box<[CachePadded<[AtomicU64; 8]>]>,
+    per_thread: Box<[CachePadded<Row>]>,
 }
 
 impl Counters {
@@ -142,6 +159,13 @@ impl Counters {
                 .map(|_| CachePadded::new(Default::default()))
                 .collect(),
         }
+    }
+
+    /// Worker `index`'s own row, for [`bump_own`]: no index to check at every event.
+    #[inline]
+    pub fn row(&self, index: usize) -> *const Row {
+        debug_assert!(index + 1 < self.per_thread.len(), "a worker's row");
+        &*self.per_thread[index]
     }
 
     /// Counts an event in row `slot`.

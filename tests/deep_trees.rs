@@ -218,7 +218,7 @@ fn report(case: &str, config: Config, stats: &Stats, elapsed: Duration) {
 
 /// Where one thread and one token force the levels of a chain `depth` long to stay in flight,
 /// asserts that the tree went that deep (`peak_depth` within a few levels of `depth`) and that
-/// jobs started on new stack segments: the case did what it is there to test.
+/// jobs started on stack segments: the case did what it is there to test.
 fn assert_forced_depth(config: Config, stats: &Stats, depth: usize) {
     if !config.forced() {
         return;

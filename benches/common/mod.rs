@@ -470,10 +470,24 @@ impl JsonLines {
     }
 
     pub fn line(&mut self, fields: &[(&str, J)]) {
-        let body: Vec<String> = fields
+        self.raw_line(fields, "{}");
+    }
+
+    /// A line of `fields` followed by the fields of `object`, a JSON object another process
+    /// wrote (the deep-tree bench's memory children).
+    pub fn raw_line(&mut self, fields: &[(&str, J)], object: &str) {
+        let mut body: Vec<String> = fields
             .iter()
             .map(|(k, v)| format!("{}:{}", J::S((*k).to_owned()).render(), v.render()))
             .collect();
+        let inner = object
+            .trim()
+            .trim_start_matches('{')
+            .trim_end_matches('}')
+            .trim();
+        if !inner.is_empty() {
+            body.push(inner.to_owned());
+        }
         writeln!(self.file, "{{{}}}", body.join(",")).expect("write figures");
     }
 }
