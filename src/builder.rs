@@ -7,6 +7,7 @@
 use std::fmt;
 
 use crate::registry::{main_loop, PanicHandler, Registry};
+use crate::stack::MIN_STACK_SIZE;
 use crate::sync::Arc;
 use crate::token::MAX_TOKENS;
 use crate::ThreadPool;
@@ -83,7 +84,10 @@ impl ThreadPoolBuilder {
         self
     }
 
-    /// The stack size of each worker thread, in bytes. A size the OS refuses is a build error.
+    /// The stack size of each worker thread, in bytes; at least 64 KiB (smaller sizes are raised
+    /// to it). Every job starts with at least half of it free: a job that helping would start
+    /// deeper starts on a stack segment of this size instead. A size the OS refuses is a build
+    /// error.
     pub fn stack_size(mut self, bytes: usize) -> Self {
         self.stack_size = Some(bytes);
         self
@@ -160,7 +164,10 @@ impl ThreadPoolBuilder {
             if let Some(name) = names[index].take() {
                 builder = builder.name(name);
             }
-            let stack_size = self.stack_size.unwrap_or_else(default_stack_size);
+            let stack_size = self
+                .stack_size
+                .unwrap_or_else(default_stack_size)
+                .max(MIN_STACK_SIZE);
             builder = builder.stack_size(stack_size);
             let core = cores.as_ref().map(|c| c[index % c.len()]);
             let worker_registry = registry.clone();

@@ -664,8 +664,12 @@ impl WorkerThread {
             };
             // SAFETY: jobs in the deque are alive and run once, on a worker of their pool.
             unsafe { ready.run() };
+            // Published, the job may be runnable (its granter pushed it) and may have run and
+            // freed its lender: it is not touched here again.
+            if spawn.published.get().is_some() {
+                break Helped::Published;
+            }
             let registry = &self.registry;
-            // A published spawn keeps no token in the `Spare`: this finds none for it.
             if let Some((how, counted)) = registry.tokens.admit_spare(lender(), &self.spare) {
                 if counted {
                     registry.note_carried_in(self, lender(), how);
@@ -675,9 +679,6 @@ impl WorkerThread {
                 break Helped::Admitted {
                     counted: self.handoff.passed.replace(false),
                 };
-            }
-            if spawn.published.get().is_some() {
-                break Helped::Published;
             }
             if registry.try_admit_on(self.index, lender()) {
                 break Helped::Admitted { counted: false };

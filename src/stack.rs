@@ -43,22 +43,35 @@ type Segment = corosensei::stack::DefaultStack;
 )))]
 enum Segment {}
 
+/// The smallest worker stack: the builder raises smaller sizes to this, so that a job's half
+/// holds a few levels of the pool's own frames (about 5 KiB a level in a debug build).
+pub const MIN_STACK_SIZE: usize = 64 << 10;
+
+/// How many mappings `Headroom::map_segment` tries for one below the thread's own stack.
+const PLACEMENT_TRIES: usize = 8;
+
 /// One worker's rule: where its next job may start, and the segment it keeps.
 pub struct Headroom {
     /// The lowest stack address at which a job may start on the stack the thread runs on now.
     low_water: Cell<usize>,
     /// The size of a segment: the worker's own stack size.
     segment_size: usize,
+    /// No address of the thread's own stack is below this (its top minus its size); segments
+    /// are mapped below it (see `map_segment`).
+    thread_floor: usize,
     /// A segment no job runs on, kept for the next one that needs it.
     spare: Cell<Option<Segment>>,
 }
 
 impl Headroom {
-    /// The rule for the calling thread, a worker near the base of a stack of `size` bytes.
+    /// The rule for the calling thread, a worker near the base of a stack of at least `size`
+    /// bytes (`MIN_STACK_SIZE` or more).
     pub fn new(size: usize) -> Self {
+        let top = stack_pointer();
         Headroom {
-            low_water: Cell::new(stack_pointer().saturating_sub(size / 2)),
+            low_water: Cell::new(top.saturating_sub(size / 2)),
             segment_size: size,
+            thread_floor: top.saturating_sub(size),
             spare: Cell::new(None),
         }
     }
@@ -88,16 +101,39 @@ impl Headroom {
     fn on_segment(&self, job: impl FnOnce()) {
         use corosensei::stack::Stack;
         let size = self.segment_size;
-        let mut segment = self
-            .spare
-            .take()
-            .map_or_else(|| Segment::new(size), Ok)
-            .unwrap_or_else(|err| no_segment(size, err));
+        let mut segment = self.spare.take().unwrap_or_else(|| self.map_segment());
         let below = self.low_water.replace(segment.base().get() - size / 2);
         corosensei::on_stack(&mut segment, job);
         self.low_water.set(below);
         // A segment kept already (one a deeper job returned from) is unmapped here.
         drop(self.spare.replace(Some(segment)));
+    }
+
+    /// Maps a new segment, below the thread's own stack if it can. Code that guards its own
+    /// recursion with `stacker` (rustc, the `recursive` crate) measures the room it has against
+    /// the thread's stack bounds, which it reads once per thread: on a segment mapped *above*
+    /// the thread's stack it would see room it does not have and overflow; below it, it sees
+    /// none and moves onto a stack of its own, which is safe. The kernel maps top-down, into the
+    /// highest gap that fits, so a segment lands above only in a hole left by an earlier
+    /// unmapping; such a mapping is held while the next one is made (it fills the hole) and
+    /// dropped after. Out of tries, the last mapping serves.
+    #[cfg(any(
+        target_arch = "x86_64",
+        target_arch = "x86",
+        all(target_arch = "aarch64", not(windows)),
+        all(target_arch = "riscv64", not(windows))
+    ))]
+    fn map_segment(&self) -> Segment {
+        use corosensei::stack::Stack;
+        let size = self.segment_size;
+        let mut above = Vec::new();
+        loop {
+            let segment = Segment::new(size).unwrap_or_else(|err| no_segment(size, err));
+            if segment.base().get() <= self.thread_floor || above.len() + 1 == PLACEMENT_TRIES {
+                return segment;
+            }
+            above.push(segment);
+        }
     }
 
     /// Without segments the job starts where it is.
