@@ -13,6 +13,9 @@
 //!   sample (`iter_custom`), as in `join_tree`, so the install round-trip is not charged to the
 //!   joins.
 //!
+//! `TREEPOOL_BENCH_CALLGRIND=fib_25:<runs>` runs fib(25) on a one-thread treepool pool instead,
+//! for callgrind (see `common::callgrind_request`).
+//!
 //! chili has no `install`: `pool.scope()` returns a `Scope` on the calling thread, which runs
 //! the work itself; `s.join(|s| .., |s| ..)` shares work with the pool's workers when the
 //! scope's heartbeat fires (every 100 µs, chili's default). chili's `Config::thread_count`
@@ -110,6 +113,17 @@ fn bench(c: &mut Criterion) {
 }
 
 fn main() {
+    if let Some((workload, runs)) = common::callgrind_request() {
+        let n = match workload.as_str() {
+            "fib_25" => 25,
+            "fib_30" => 30,
+            _ => panic!("no fib workload {workload:?}"),
+        };
+        let tp1 = common::treepool_pool(1, common::bench_cap());
+        return common::callgrind_runs(runs, || {
+            black_box(tp1.install(|| tp::fib(n)));
+        });
+    }
     let mut c = common::criterion();
     bench(&mut c);
     c.final_summary();

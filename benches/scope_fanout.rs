@@ -13,6 +13,9 @@
 //! through `pool.install`; `treepool_1t` and `rayon_1t` on pools of one worker (the per-spawn
 //! cost without any stealing).
 //!
+//! `TREEPOOL_BENCH_CALLGRIND=<workload>:<runs>` runs one shape on a one-thread treepool pool
+//! instead, for callgrind (see `common::callgrind_request`).
+//!
 //! Before the timed groups, one untimed run of each shape per pool counts its allocation calls
 //! (`common::CallCountingAlloc`) and writes them, per spawn, as JSON lines to
 //! `target/treepool-bench/scope_fanout_t<threads>.json`.
@@ -166,6 +169,12 @@ fn bench(c: &mut Criterion) {
 }
 
 fn main() {
+    if let Some((workload, runs)) = common::callgrind_request() {
+        let tp1 = common::treepool_pool(1, common::bench_cap());
+        let shape = shapes().into_iter().find(|s| s.workload == workload);
+        let shape = shape.unwrap_or_else(|| panic!("no fan-out workload {workload:?}"));
+        return common::callgrind_runs(runs, || assert_eq!(tp1.install(shape.tp), shape.sum));
+    }
     let mut c = common::criterion();
     bench(&mut c);
     c.final_summary();

@@ -231,6 +231,7 @@ impl Registry {
             Some(worker) => {
                 let spawn = WaitingSpawn {
                     lender,
+                    parent: worker.current_ptr(),
                     job,
                     scope,
                     published: OnceCell::new(),
@@ -474,6 +475,9 @@ unsafe fn count_in(scope: *const CountLatch) {
 /// does, and its granter makes it runnable (rule 5). The loop then waits for that grant.
 struct WaitingSpawn {
     lender: *const Lender,
+    /// The spawning job (the thread's current job when it spawned), whose loop this is: alive
+    /// while the loop runs, where the lender may be gone once the spawn is published.
+    parent: *const Lender,
     job: JobRef,
     scope: *const CountLatch,
     /// Set once published: the reference to wait on and settle, or `None` if the registration
@@ -711,10 +715,10 @@ impl WorkerThread {
         let Some(spawn) = (unsafe { self.waiting_spawn.get().as_ref() }) else {
             return;
         };
-        // SAFETY: the current job runs on this thread, and the spawn's job is not runnable yet,
-        // so its lender is alive.
+        // SAFETY: the current job runs on this thread, so its lender is alive. (The spawn's own
+        // lender may not be: once published, its job may have run and been freed.)
         let sibling = unsafe { self.current.get().as_ref() }
-            .is_some_and(|job| job.is_pool_child_of(unsafe { &*spawn.lender }.parent_ptr()));
+            .is_some_and(|job| job.is_pool_child_of(spawn.parent));
         if sibling && self.grants_elsewhere && spawn.published.get().is_none() {
             self.publish(spawn);
         }

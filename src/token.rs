@@ -182,12 +182,6 @@ impl Lender {
         self.parent == parent && self.admission.load(Ordering::Relaxed) == POOL
     }
 
-    /// The job's parent (null for a root).
-    #[inline]
-    pub fn parent_ptr(&self) -> *const Lender {
-        self.parent
-    }
-
     /// The job's parent, if it has one.
     #[inline]
     fn parent(&self) -> Option<&Lender> {

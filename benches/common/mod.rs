@@ -136,6 +136,27 @@ pub fn mem_runs() -> usize {
         .max(1)
 }
 
+/// `TREEPOOL_BENCH_CALLGRIND=<workload>:<runs>`: instead of the benchmarks, run one workload
+/// `runs` times on a one-thread treepool pool (after one warm-up run) and exit, for
+/// `valgrind --tool=callgrind`: half the difference between `runs` = 2 and `runs` = 0 is the
+/// instructions of one run, startup and warm-up subtracted. Returns the request, if any.
+pub fn callgrind_request() -> Option<(String, usize)> {
+    let spec = env_str("TREEPOOL_BENCH_CALLGRIND")?;
+    let (workload, runs) = spec
+        .split_once(':')
+        .and_then(|(w, r)| Some((w.to_owned(), r.parse().ok()?)))
+        .unwrap_or_else(|| panic!("TREEPOOL_BENCH_CALLGRIND={spec:?}: expected <workload>:<runs>"));
+    Some((workload, runs))
+}
+
+/// Runs `run` once, then `runs` times (see [`callgrind_request`]).
+pub fn callgrind_runs(runs: usize, run: impl Fn()) {
+    run();
+    for _ in 0..runs {
+        run();
+    }
+}
+
 /// The criterion driver: CLI flags win; `TREEPOOL_BENCH_QUICK` shortens the defaults.
 pub fn criterion() -> Criterion {
     let c = Criterion::default();
