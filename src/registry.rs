@@ -235,6 +235,7 @@ impl Registry {
                     job,
                     scope,
                     published: OnceCell::new(),
+                    since: worker.started.get(),
                 };
                 match worker.while_admitting(|| worker.help_until_admitted(&spawn)) {
                     Helped::Admitted { counted } => {
@@ -467,6 +468,11 @@ unsafe fn count_in(scope: *const CountLatch) {
     }
 }
 
+/// How many jobs a thread starts above a waiting spawn before a wait there publishes it (see
+/// [`WaitingSpawn`]): a spawn buried that briefly gets its token back soon, on this thread,
+/// and registering it only costs.
+const BURIED_JOBS: usize = 8;
+
 /// A spawn of this thread waiting for admission in the help-first loop, as the waits above it
 /// on the same thread see it. The loop registers nothing: a token freed by a job it runs reaches
 /// it through the `Spare`. But once a job that the loop runs waits itself, the spawn is buried
@@ -483,6 +489,8 @@ struct WaitingSpawn {
     /// Set once published: the reference to wait on and settle, or `None` if the registration
     /// admitted the job at once (then it is runnable).
     published: OnceCell<Option<LenderRef>>,
+    /// The thread's count of started jobs when the spawn began to wait.
+    since: usize,
 }
 
 /// How a help-first loop ended.
@@ -558,6 +566,8 @@ pub struct WorkerThread {
     grants_elsewhere: bool,
     /// This worker's row of its pool's event counters.
     counters_row: *const Row,
+    /// Jobs this thread has started (wrapping).
+    started: Cell<usize>,
 }
 
 impl WorkerThread {
@@ -696,8 +706,9 @@ impl WorkerThread {
     }
 
     /// A wait begins on this thread, above the spawn waiting in the innermost help-first loop,
-    /// if there is one: publishes that spawn (see [`WaitingSpawn`]) unless the job that waits
-    /// now runs on a loan of the spawning job's token, or no other worker could grant it.
+    /// if there is one: publishes that spawn (see [`WaitingSpawn`]) if the job that waits now is
+    /// a sibling of it holding a pool token, the thread has started `BURIED_JOBS` jobs since the
+    /// spawn began to wait, and another worker could grant it.
     ///
     /// Published, the spawn gets the first token that frees anywhere, and its granter pushes it
     /// where that thread runs it: a freed token reaches the shallowest waiting spawn, not only
@@ -706,8 +717,11 @@ impl WorkerThread {
     /// workers while it is buried; left unpublished, its loan came back to it unused until this
     /// thread returned to it, and idle workers took the buried child's tiny jobs one at a time.
     /// Its cost: a registration and a settlement, several shared read-modify-writes where the
-    /// `Spare` needs none, so it is skipped where it gains nothing: when the waiting job holds
-    /// the spawning job's loan (a recursive split), the loan comes back here, to the `Spare`.
+    /// `Spare` needs none, so it is skipped where it gains little: when the waiting job is not a
+    /// sibling on a pool token (in a recursive split it holds the spawning job's loan, which
+    /// comes back here, to the `Spare`), and while the spawn has been buried only briefly (the
+    /// seed's indexer buries its walk under a file job for two chunk jobs at a time, and
+    /// publishing those cost it a few percent and doubled its peak files in flight).
     #[inline]
     fn publish_waiting_spawn(&self) {
         // SAFETY: a pointer set by `help_until_admitted` to a spawn on its own frame, which is
@@ -719,7 +733,8 @@ impl WorkerThread {
         // lender may not be: once published, its job may have run and been freed.)
         let sibling = unsafe { self.current.get().as_ref() }
             .is_some_and(|job| job.is_pool_child_of(spawn.parent));
-        if sibling && self.grants_elsewhere && spawn.published.get().is_none() {
+        let buried = self.started.get().wrapping_sub(spawn.since) >= BURIED_JOBS;
+        if sibling && buried && self.grants_elsewhere && spawn.published.get().is_none() {
             self.publish(spawn);
         }
     }
@@ -773,11 +788,8 @@ impl WorkerThread {
     /// thread, where the stack has room for it: every job starts through here (see `stack`).
     #[inline]
     pub fn start_job(&self, job: impl FnOnce()) {
-        let on_segment = || {
-            self.registry
-                .counters
-                .bump(self.index, Counter::StackSegments)
-        };
+        let on_segment = || self.bump(Counter::StackSegments);
+        self.started.set(self.started.get().wrapping_add(1));
         self.headroom.start(job, on_segment);
     }
 
@@ -1042,6 +1054,7 @@ pub fn main_loop(
         headroom: Headroom::new(stack_size),
         grants_elsewhere,
         counters_row,
+        started: Cell::new(0),
     };
     WORKER.with(|w| w.set(&worker));
     on_start(worker.index);
