@@ -460,7 +460,7 @@ for t in threads:
         tp = r["pool"] == "treepool"
         per = lambda k: fmt_bytes(r["peak_rss_bytes"] // r[k]) if tp and r[k] else "—"
         # Per job in flight only where the levels are what is in flight (not parked tokens).
-        in_flight = per("peak_inflight") if tp and r["peak_inflight"] >= r["peak_depth"] else "—"
+        in_flight = per("peak_inflight") if tp and 2 * r["peak_inflight"] >= r["peak_depth"] else "—"
         w(f"| {r['workload'].removeprefix('deep_')} | {r['pool']} | {r['threads']} | "
           f"{r['max_inflight'] if tp else '—'} | {fmt_bytes(r['peak_rss_bytes'])} | "
           f"{per('peak_depth')} | {in_flight} | {r['peak_depth'] if tp else '—'} | "

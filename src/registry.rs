@@ -235,7 +235,7 @@ impl Registry {
                     job,
                     scope,
                     published: OnceCell::new(),
-                    since: worker.started.get(),
+                    since: worker.waits(),
                 };
                 match worker.while_admitting(|| worker.help_until_admitted(&spawn)) {
                     Helped::Admitted { counted } => {
@@ -468,10 +468,10 @@ unsafe fn count_in(scope: *const CountLatch) {
     }
 }
 
-/// How many jobs a thread starts above a waiting spawn before a wait there publishes it (see
-/// [`WaitingSpawn`]): a spawn buried that briefly gets its token back soon, on this thread,
-/// and registering it only costs.
-const BURIED_JOBS: usize = 8;
+/// How many admission waits of other spawns a thread goes through above a waiting spawn before
+/// a wait there publishes it (see [`WaitingSpawn`]): a spawn buried that briefly gets its token
+/// back soon, on this thread, and registering it only costs.
+const BURIED_WAITS: u64 = 2;
 
 /// A spawn of this thread waiting for admission in the help-first loop, as the waits above it
 /// on the same thread see it. The loop registers nothing: a token freed by a job it runs reaches
@@ -489,8 +489,8 @@ struct WaitingSpawn {
     /// Set once published: the reference to wait on and settle, or `None` if the registration
     /// admitted the job at once (then it is runnable).
     published: OnceCell<Option<LenderRef>>,
-    /// The thread's count of started jobs when the spawn began to wait.
-    since: usize,
+    /// The thread's count of admission waits when the spawn began to wait (its own included).
+    since: u64,
 }
 
 /// How a help-first loop ended.
@@ -566,8 +566,6 @@ pub struct WorkerThread {
     grants_elsewhere: bool,
     /// This worker's row of its pool's event counters.
     counters_row: *const Row,
-    /// Jobs this thread has started (wrapping).
-    started: Cell<usize>,
 }
 
 impl WorkerThread {
@@ -707,8 +705,8 @@ impl WorkerThread {
 
     /// A wait begins on this thread, above the spawn waiting in the innermost help-first loop,
     /// if there is one: publishes that spawn (see [`WaitingSpawn`]) if the job that waits now is
-    /// a sibling of it holding a pool token, the thread has started `BURIED_JOBS` jobs since the
-    /// spawn began to wait, and another worker could grant it.
+    /// a sibling of it holding a pool token, the thread has waited for `BURIED_WAITS` other
+    /// admissions since the spawn began to wait, and another worker could grant it.
     ///
     /// Published, the spawn gets the first token that frees anywhere, and its granter pushes it
     /// where that thread runs it: a freed token reaches the shallowest waiting spawn, not only
@@ -724,6 +722,9 @@ impl WorkerThread {
     /// publishing those cost it a few percent and doubled its peak files in flight).
     #[inline]
     fn publish_waiting_spawn(&self) {
+        if !self.grants_elsewhere {
+            return;
+        }
         // SAFETY: a pointer set by `help_until_admitted` to a spawn on its own frame, which is
         // below this one on the stack and restores the pointer before it returns.
         let Some(spawn) = (unsafe { self.waiting_spawn.get().as_ref() }) else {
@@ -731,10 +732,12 @@ impl WorkerThread {
         };
         // SAFETY: the current job runs on this thread, so its lender is alive. (The spawn's own
         // lender may not be: once published, its job may have run and been freed.)
-        let sibling = unsafe { self.current.get().as_ref() }
-            .is_some_and(|job| job.is_pool_child_of(spawn.parent));
-        let buried = self.started.get().wrapping_sub(spawn.since) >= BURIED_JOBS;
-        if sibling && buried && self.grants_elsewhere && spawn.published.get().is_none() {
+        let sibling = || {
+            unsafe { self.current.get().as_ref() }
+                .is_some_and(|job| job.is_pool_child_of(spawn.parent))
+        };
+        let buried = || self.waits().wrapping_sub(spawn.since) >= BURIED_WAITS;
+        if spawn.published.get().is_none() && buried() && sibling() {
             self.publish(spawn);
         }
     }
@@ -777,6 +780,15 @@ impl WorkerThread {
         unsafe { CountLatch::decrement(scope, &self.registry) };
     }
 
+    /// How many admissions this worker has waited for (its `AdmissionWaits` count): the clock
+    /// that says how long a waiting spawn has been buried (see [`WaitingSpawn::since`]).
+    #[inline]
+    fn waits(&self) -> u64 {
+        // SAFETY: the row is this worker's, in the registry its `Arc` keeps alive. Relaxed: the
+        // worker's own count, written only by this thread.
+        unsafe { &(*self.counters_row)[Counter::AdmissionWaits as usize] }.load(Ordering::Relaxed)
+    }
+
     /// Counts an event in this worker's own row of its pool's counters.
     #[inline]
     pub fn bump(&self, counter: Counter) {
@@ -789,7 +801,6 @@ impl WorkerThread {
     #[inline]
     pub fn start_job(&self, job: impl FnOnce()) {
         let on_segment = || self.bump(Counter::StackSegments);
-        self.started.set(self.started.get().wrapping_add(1));
         self.headroom.start(job, on_segment);
     }
 
@@ -1054,7 +1065,6 @@ pub fn main_loop(
         headroom: Headroom::new(stack_size),
         grants_elsewhere,
         counters_row,
-        started: Cell::new(0),
     };
     WORKER.with(|w| w.set(&worker));
     on_start(worker.index);
