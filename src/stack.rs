@@ -9,9 +9,9 @@
 //! [`Headroom::start`], which compares the stack pointer with the thread's *low-water mark*;
 //! below it, the job runs on a *segment*: a stack of the worker's size mapped from the heap,
 //! with a guard page (corosensei's `DefaultStack`, and its `on_stack` to switch), where the same
-//! rule then applies with the segment's own mark. So
-//! the frames of deep helping live on segments, bounded by memory rather than by the thread's
-//! stack; what a level of such a tree costs is measured in `docs/benchmarks.md`.
+//! rule then applies with the segment's own mark. So the frames of deep helping live on
+//! segments, bounded by memory rather than by the thread's stack; what a level of such a tree
+//! costs is measured in `docs/benchmarks.md`.
 //!
 //! A segment that a job returns from is kept for the next job that needs one (one per thread;
 //! a second is unmapped): a loop that starts many jobs just past the mark would otherwise map
@@ -56,8 +56,9 @@ pub struct Headroom {
     low_water: Cell<usize>,
     /// The size of a segment: the worker's own stack size.
     segment_size: usize,
-    /// No address of the thread's own stack is below this (its top minus its size); segments
-    /// are mapped below it (see `map_segment`).
+    /// The thread's stack top minus its size: a mapping whose top is at or below this cannot
+    /// overlap the thread's stack, which reaches at least this low, so it lies below the stack
+    /// (see `map_segment`).
     thread_floor: usize,
     /// A segment no job runs on, kept for the next one that needs it.
     spare: Cell<Option<Segment>>,
