@@ -11,6 +11,8 @@
 //! halves, on a thread that is not asked for work, does not keep another: it runs `a` and `b`
 //! as plain calls.
 
+use std::marker::PhantomData;
+
 use crate::job::{join_values, JobResult, JoinJob};
 use crate::registry::WorkerThread;
 
@@ -73,4 +75,57 @@ where
     } else {
         job_b.take_result()
     }
+}
+
+/// What a closure of [`join_context`](crate::join_context) learns about where it runs.
+///
+/// ```
+/// let pool = treepool::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+/// let (a, b) = pool.install(|| treepool::join_context(|ctx| ctx.migrated(), |ctx| ctx.migrated()));
+/// assert!(!a); // `a` runs on the calling worker
+/// let _ = b; // true only if another worker took `b`
+/// ```
+#[derive(Debug)]
+pub struct FnContext {
+    migrated: bool,
+    /// Neither `Send` nor `Sync`, like rayon's: it describes one call on one thread.
+    _not_send: PhantomData<*mut ()>,
+}
+
+impl FnContext {
+    /// Whether the closure runs on another thread than the one that called `join_context`: `b`
+    /// taken by another worker, or either closure of a call made from outside the pool (it was
+    /// injected into a worker).
+    #[inline]
+    pub fn migrated(&self) -> bool {
+        self.migrated
+    }
+}
+
+/// `join_context` on a worker thread; `injected`: the call came from outside the pool, so
+/// both closures run away from the calling thread.
+#[inline]
+pub fn join_context_in_worker<A, B, RA, RB>(
+    worker: &WorkerThread,
+    injected: bool,
+    a: A,
+    b: B,
+) -> (RA, RB)
+where
+    A: FnOnce(FnContext) -> RA + Send,
+    B: FnOnce(FnContext) -> RB + Send,
+    RA: Send,
+    RB: Send,
+{
+    let context = |migrated| FnContext {
+        migrated,
+        _not_send: PhantomData,
+    };
+    // The joiner's worker state, compared by address with the thread that runs `b`.
+    let joiner = worker as *const WorkerThread as usize;
+    let b = move || {
+        let here = WorkerThread::current().map_or(0, |w| w as *const WorkerThread as usize);
+        b(context(injected || here != joiner))
+    };
+    join_in_worker(worker, || a(context(injected)), b)
 }

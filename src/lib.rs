@@ -74,7 +74,11 @@ mod sync;
 mod token;
 
 pub use builder::{BuildError, ThreadPoolBuilder, DEFAULT_TOKENS_PER_THREAD, NUM_THREADS_ENV};
-pub use pool::{current_num_threads, current_thread_index, join, scope, spawn, ThreadPool};
+pub use join::FnContext;
+pub use pool::{
+    current_num_threads, current_thread_has_pending_tasks, current_thread_index, join,
+    join_context, scope, spawn, yield_local, yield_now, ThreadPool, Yield,
+};
 pub use scope::Scope;
 pub use stats::Stats;
 

@@ -9,7 +9,7 @@ use std::sync::{Mutex as StdMutex, OnceLock};
 
 use crate::builder::{BuildError, ThreadPoolBuilder};
 use crate::job::{HeapJob, JobResult, RootJob};
-use crate::join::join_in_worker;
+use crate::join::{join_context_in_worker, join_in_worker, FnContext};
 use crate::registry::{wait_on, Registry, WorkerThread};
 use crate::scope::{scope_in_worker, Scope};
 use crate::stats::Stats;
@@ -111,6 +111,35 @@ impl ThreadPool {
     /// once a token frees. Spawns across pools are therefore not backpressured.
     pub fn spawn<F: FnOnce() + Send + 'static>(&self, f: F) {
         spawn_in(&self.registry, f);
+    }
+
+    /// The calling thread's index in this pool, if it is one of its workers (`None` on a
+    /// worker of another pool, or outside every pool).
+    pub fn current_thread_index(&self) -> Option<usize> {
+        self.own_worker().map(WorkerThread::index)
+    }
+
+    /// Whether the calling thread, a worker of this pool, has work of its own pending (see
+    /// [`current_thread_has_pending_tasks`]); `None` if it is not one of this pool's workers.
+    pub fn current_thread_has_pending_tasks(&self) -> Option<bool> {
+        self.own_worker().map(WorkerThread::has_local_work)
+    }
+
+    /// [`yield_now`] if the calling thread is a worker of this pool, else `None`.
+    pub fn yield_now(&self) -> Option<Yield> {
+        self.own_worker()
+            .map(|w| Yield::from_ran(w.yield_one(false)))
+    }
+
+    /// [`yield_local`] if the calling thread is a worker of this pool, else `None`.
+    pub fn yield_local(&self) -> Option<Yield> {
+        self.own_worker()
+            .map(|w| Yield::from_ran(w.yield_one(true)))
+    }
+
+    /// The calling thread's worker state, if it is a worker of this pool.
+    fn own_worker(&self) -> Option<&WorkerThread> {
+        self.registry.own(WorkerThread::current())
     }
 
     /// The number of worker threads.
@@ -249,6 +278,37 @@ where
     }
 }
 
+/// [`join`] whose closures learn whether they migrated: ran on another thread than the
+/// caller (see [`FnContext::migrated`]). rayon-core's `join_context`, with the same admission
+/// as `join`: `a` runs inline as part of the current job, and `b` too unless a thief takes it,
+/// which admits it first (a loan of the current job's token, else a pool token). Called from
+/// outside any pool, the call runs as a root job of the global pool (both closures then
+/// report `migrated`).
+///
+/// ```
+/// let pool = treepool::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+/// let (a, b) = pool.install(|| treepool::join_context(|a| a.migrated(), |b| b.migrated()));
+/// assert_eq!((a, b), (false, false)); // one thread: nothing can migrate
+/// let (a, b) = treepool::join_context(|a| a.migrated(), |b| b.migrated());
+/// assert_eq!((a, b), (true, true)); // from outside every pool: injected
+/// ```
+pub fn join_context<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
+where
+    A: FnOnce(FnContext) -> RA + Send,
+    B: FnOnce(FnContext) -> RB + Send,
+    RA: Send,
+    RB: Send,
+{
+    match WorkerThread::current() {
+        Some(worker) => join_context_in_worker(worker, false, a, b),
+        None => run_root(global_registry(), None, || {
+            // SAFETY: a root job runs on a worker of its pool.
+            let worker = unsafe { WorkerThread::current_unchecked() };
+            join_context_in_worker(worker, true, a, b)
+        }),
+    }
+}
+
 /// Creates a scope on the current worker's pool (else the global pool) and runs `op` in it;
 /// returns once `op` and every job spawned in the scope have finished. A panic in any of them is
 /// raised again then.
@@ -303,4 +363,66 @@ pub fn current_thread_index() -> Option<usize> {
 /// The number of threads of the calling worker's pool, else of the global pool.
 pub fn current_num_threads() -> usize {
     current_registry().num_threads()
+}
+
+/// Whether the calling worker thread has work of its own pending: jobs in its deque, or `join`
+/// halves it keeps private until a thief asks (see [`join`]). `None` outside every pool. As
+/// racy as rayon-core's: other workers may take the deque's jobs at any moment; a heuristic,
+/// for deciding whether to split further.
+///
+/// ```
+/// assert_eq!(treepool::current_thread_has_pending_tasks(), None);
+/// let pool = treepool::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+/// assert_eq!(pool.install(treepool::current_thread_has_pending_tasks), Some(false));
+/// ```
+pub fn current_thread_has_pending_tasks() -> Option<bool> {
+    WorkerThread::current().map(WorkerThread::has_local_work)
+}
+
+/// What a yield did: see [`yield_now`] and [`yield_local`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Yield {
+    /// A pending job ran (and finished) before the call returned.
+    Executed,
+    /// No pending job was found.
+    Idle,
+}
+
+impl Yield {
+    fn from_ran(ran: bool) -> Self {
+        if ran {
+            Yield::Executed
+        } else {
+            Yield::Idle
+        }
+    }
+}
+
+/// Runs one pending job of the calling worker's pool, if there is one: from its own deque,
+/// else the pool's injector, else stolen from another worker (as rayon-core's `yield_now`).
+/// `None` outside every pool.
+///
+/// The job was admitted through the token table when it was queued (a stolen `join` half is
+/// admitted now, or handed back unrun), so a yield borrows nothing: it runs that job above the
+/// caller, as a waiting thread helps, and never waits itself. Join halves that the thread keeps
+/// private are not run (see [`join`]); the job may spawn and wait in turn before it finishes.
+///
+/// ```
+/// let pool = treepool::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+/// pool.scope(|s| {
+///     s.spawn(|_| {});
+///     // The spawned job was admitted and queued on this thread: the yield runs it.
+///     assert_eq!(treepool::yield_now(), Some(treepool::Yield::Executed));
+///     assert_eq!(treepool::yield_now(), Some(treepool::Yield::Idle));
+/// });
+/// assert_eq!(treepool::yield_now(), None);
+/// ```
+pub fn yield_now() -> Option<Yield> {
+    WorkerThread::current().map(|w| Yield::from_ran(w.yield_one(false)))
+}
+
+/// [`yield_now`] restricted to the calling worker's own deque: never the injector, never
+/// another worker's deque. `None` outside every pool.
+pub fn yield_local() -> Option<Yield> {
+    WorkerThread::current().map(|w| Yield::from_ran(w.yield_one(true)))
 }

@@ -883,6 +883,28 @@ impl WorkerThread {
         }
     }
 
+    /// Runs one pending job, if there is one (`yield_now`, `yield_local`): from this worker's
+    /// deque only when `local`, else from wherever [`WorkerThread::find_work`] looks. Returns
+    /// whether it ran one. The job runs above the yielding job as a helped job runs above a
+    /// wait: it started later, so the proof of B3 covers it (design §4.1), and it starts
+    /// through its own `run` like every job, so B5 does too. Private join halves are left
+    /// alone: the current job's would run as part of it anyway, a buried job's would be
+    /// handed back.
+    pub fn yield_one(&self, local: bool) -> bool {
+        let job = if local { self.pop() } else { self.find_work() };
+        let Some(job) = job else { return false };
+        // SAFETY: jobs in the queues are alive and run once, on a worker of their pool.
+        unsafe { job.run() };
+        true
+    }
+
+    /// Whether this worker has work of its own pending: jobs in its deque, or private join
+    /// halves (`current_thread_has_pending_tasks`). Racy by nature: thieves take from the
+    /// deque at any time.
+    pub fn has_local_work(&self) -> bool {
+        !self.deque.is_empty() || self.halves.any()
+    }
+
     /// Pushes a job to this worker's deque, where thieves can take it.
     pub fn push(&self, job: JobRef) {
         self.deque.push(job);
