@@ -381,7 +381,7 @@ impl<S: ThreadSpawn> ThreadPoolBuilder<S> {
         });
         let (registry, seeds) = Registry::new(num_threads, max_inflight, self.panic_handler.take());
         // Until every worker runs: an error, or a spawn handler's panic, ends the started ones.
-        let unfinished = TerminateOnDrop(Some(&registry));
+        let unfinished = TerminateOnDrop(&registry);
         let mut own_seed = None;
         for seed in seeds {
             let index = seed.index();
@@ -433,13 +433,11 @@ impl<S: ThreadSpawn> ThreadPoolBuilder<S> {
 }
 
 /// Terminates the registry it holds when dropped: the workers started so far exit.
-struct TerminateOnDrop<'a>(Option<&'a Arc<Registry>>);
+struct TerminateOnDrop<'a>(&'a Arc<Registry>);
 
 impl Drop for TerminateOnDrop<'_> {
     fn drop(&mut self) {
-        if let Some(registry) = self.0 {
-            registry.terminate();
-        }
+        self.0.terminate();
     }
 }
 

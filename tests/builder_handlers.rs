@@ -675,4 +675,10 @@ fn thread_pool_build_error_is_rayons_name_for_build_error() {
         .unwrap_err();
     let same: treepool::BuildError = err.clone();
     assert_eq!(err, same);
+    // The builder is generic now; code that names no spawn type still compiles as before.
+    let builder: ThreadPoolBuilder = ThreadPoolBuilder::default();
+    let pool = builder.num_threads(1).build().unwrap();
+    assert_eq!(pool.current_num_threads(), 1);
+    let pool = ThreadPoolBuilder::default().num_threads(1).build().unwrap();
+    assert_eq!(pool.install(treepool::current_thread_index), Some(0));
 }
