@@ -288,14 +288,6 @@ pub(crate) fn set_global(registry: Arc<Registry>) -> Result<(), BuildError> {
     }
 }
 
-/// The pool of the calling worker, else the global pool.
-fn current_registry() -> &'static Registry {
-    match WorkerThread::current() {
-        Some(worker) => worker.registry(),
-        None => global_registry(),
-    }
-}
-
 /// Runs `a` and `b`, potentially in parallel, and returns both results.
 ///
 /// On a worker, `a` runs inline while `b` waits in a structure private to the calling thread;
@@ -375,7 +367,10 @@ pub fn spawn<F: FnOnce() + Send + 'static>(f: F) {
     }
 }
 
-/// The index of the calling worker thread in its pool, or `None` outside any pool.
+/// The index of the calling worker thread in its pool, or `None` outside any pool. On the
+/// builder's thread of a pool built with
+/// [`use_current_thread`](crate::ThreadPoolBuilder::use_current_thread) it is `Some(0)`, inside
+/// calls into the pool and between them, as in rayon.
 ///
 /// ```
 /// assert_eq!(treepool::current_thread_index(), None);
@@ -388,11 +383,13 @@ pub fn current_thread_index() -> Option<usize> {
         .or_else(borrowed::index)
 }
 
-/// The number of threads of the calling worker's pool, else of the global pool.
+/// The number of threads of the calling worker's pool, else of the pool whose worker 0 the
+/// calling thread is ([`use_current_thread`](crate::ThreadPoolBuilder::use_current_thread)),
+/// else of the global pool.
 pub fn current_num_threads() -> usize {
     match WorkerThread::current() {
-        Some(_) => current_registry().num_threads(),
+        Some(worker) => worker.registry().num_threads(),
         None => borrowed::registry()
-            .map_or_else(|| current_registry().num_threads(), |r| r.num_threads()),
+            .map_or_else(|| global_registry().num_threads(), |r| r.num_threads()),
     }
 }

@@ -20,6 +20,10 @@
 //! Segments exist where corosensei supports the target (the list in `Cargo.toml`); elsewhere
 //! a job starts where it is, as before this rule.
 //!
+//! The thread's own mark comes from its real stack bounds where they can be read (Linux), so the
+//! rule holds on threads the builder did not start or size: a `spawn_handler`'s, and the
+//! builder's own with `use_current_thread` (see [`Headroom::new`]).
+//!
 //! It never runs, admits or schedules anything: it only decides on which stack a job starts.
 
 use std::cell::Cell;
@@ -193,8 +197,8 @@ fn stack_low_end() -> Option<usize> {
         let read = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0
             && libc::pthread_attr_getguardsize(&attr, &mut guard) == 0;
         libc::pthread_attr_destroy(&mut attr);
-        // glibc counts the guard inside the reported stack of the threads it creates (and
-        // reports none for the main thread's): skipping it errs on the safe side.
+        // Whether the reported stack includes the guard area differs between libcs and
+        // versions: skipping it errs on the safe side either way.
         (read && size > 0).then(|| (addr as usize).saturating_add(guard))
     }
 }
