@@ -405,6 +405,16 @@ fn use_current_thread_makes_the_builder_worker_0() {
         // spawns while no token is free) and the other worker steals from it.
         let ran = pool.install(|| fan_out(&pool, 300));
         assert!(ran.contains(&0), "{ran:?}");
+        // Joins inside the call: the idle worker asks worker 0 for a half, and it answers at
+        // its joins; after the call nothing of it is left private.
+        fn fib(n: u32) -> u64 {
+            if n < 2 {
+                return n as u64;
+            }
+            let (a, b) = treepool::join(|| fib(n - 1), || fib(n - 2));
+            a + b
+        }
+        assert_eq!(pool.install(|| fib(22)), 17711);
         // A spawn from outside any call: this thread leaves the pool at once; worker 1 runs it.
         let (tx, rx) = mpsc::channel();
         pool.spawn(move || tx.send(treepool::current_thread_index()).unwrap());
