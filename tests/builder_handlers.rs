@@ -189,9 +189,11 @@ fn handlers_may_call_into_their_pool_on_a_pool_token() {
             .num_threads(2)
             .max_inflight(1)
             .start_handler(move |index| {
-                // A root job on this worker: `a` runs here.
+                // A root job on a pool token: `a` runs here if the token was free at once, else
+                // where the other handler's root granted it (one token for two handlers).
                 let (a, b) = treepool::join(treepool::current_thread_index, || 7);
-                assert_eq!((a, b), (Some(index), 7));
+                assert!(matches!(a, Some(0 | 1)), "{a:?} on {index}");
+                assert_eq!(b, 7);
                 j.record(index);
                 let s = s.clone();
                 treepool::spawn(move || {
