@@ -1,13 +1,21 @@
 //! Building a pool: [`ThreadPoolBuilder`] and [`BuildError`].
 //!
 //! This module owns the configuration and its validation, and the starting of worker threads.
-//! It never leaves a half-started pool running: if any worker cannot be started, the ones that
-//! did are told to exit and the error names the problem.
+//! It never leaves a half-started pool running: if any worker cannot be started (std refuses the
+//! thread, a `spawn_handler` fails or panics), the ones that did are told to exit and the error
+//! names the problem; what can be checked before any thread starts (the number of threads, the
+//! names, the environment) is checked first. It starts the workers only: the threads, whoever
+//! made them ([`ThreadPoolBuilder::spawn_handler`], or the builder's own with
+//! [`ThreadPoolBuilder::use_current_thread`], see `borrowed`), run the same worker, and it never
+//! runs a start or exit handler inside a job.
 
+use std::any::Any;
 use std::fmt;
+use std::io;
+use std::panic::{self, AssertUnwindSafe};
 
-use crate::registry::{main_loop, PanicHandler, Registry};
-use crate::stack::MIN_STACK_SIZE;
+use crate::registry::{main_loop, PanicHandler, Registry, WorkerSeed, WorkerThread};
+use crate::stack::{Headroom, MIN_STACK_SIZE};
 use crate::sync::Arc;
 use crate::token::MAX_TOKENS;
 use crate::ThreadPool;
@@ -22,6 +30,26 @@ pub const NUM_THREADS_ENV: &str = "TREEPOOL_NUM_THREADS";
 /// third slower on the indexer), and the memory held grows linearly with the cap.
 pub const DEFAULT_TOKENS_PER_THREAD: usize = 2;
 
+/// The most worker threads a pool has: more, asked of [`ThreadPoolBuilder::num_threads`] or
+/// through `TREEPOOL_NUM_THREADS`, are reduced to this. An idle worker's requests for work and
+/// the sleep's wake-ups scan every worker, so far more threads than cores only cost.
+const MAX_THREADS: usize = 4096;
+
+/// The most worker threads treepool supports in one pool (4096): a larger
+/// [`ThreadPoolBuilder::num_threads`] or `TREEPOOL_NUM_THREADS` is reduced to it, as
+/// rayon-core's `max_num_threads` documents (rayon's own limit is 65535 on 64-bit targets).
+///
+/// ```
+/// let pool = treepool::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+/// assert!(pool.current_num_threads() <= treepool::max_num_threads());
+/// ```
+pub fn max_num_threads() -> usize {
+    MAX_THREADS
+}
+
+/// A start or exit handler: called with the worker's index.
+type Handler = Box<dyn Fn(usize) + Send + Sync>;
+
 /// Configures and builds a [`ThreadPool`], or the global pool.
 ///
 /// ```
@@ -34,23 +62,48 @@ pub const DEFAULT_TOKENS_PER_THREAD: usize = 2;
 /// assert_eq!(pool.current_num_threads(), 2);
 /// assert_eq!(pool.max_inflight(), 8);
 /// ```
-#[derive(Default)]
-pub struct ThreadPoolBuilder {
+///
+/// `S` is how its worker threads are started: std's `thread::Builder` by default, or the
+/// user's [`spawn_handler`](ThreadPoolBuilder::spawn_handler) (as in rayon-core, the type is
+/// not named by user code).
+pub struct ThreadPoolBuilder<S = DefaultSpawn> {
     num_threads: usize,
     max_inflight: Option<usize>,
     thread_name: Option<Box<dyn FnMut(usize) -> String>>,
     stack_size: Option<usize>,
     pin_threads: bool,
     panic_handler: Option<PanicHandler>,
+    start_handler: Option<Handler>,
+    exit_handler: Option<Handler>,
+    use_current_thread: bool,
+    spawn_handler: S,
 }
 
-impl fmt::Debug for ThreadPoolBuilder {
+impl Default for ThreadPoolBuilder {
+    fn default() -> Self {
+        ThreadPoolBuilder {
+            num_threads: 0,
+            max_inflight: None,
+            thread_name: None,
+            stack_size: None,
+            pin_threads: false,
+            panic_handler: None,
+            start_handler: None,
+            exit_handler: None,
+            use_current_thread: false,
+            spawn_handler: DefaultSpawn,
+        }
+    }
+}
+
+impl<S> fmt::Debug for ThreadPoolBuilder<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ThreadPoolBuilder")
             .field("num_threads", &self.num_threads)
             .field("max_inflight", &self.max_inflight)
             .field("stack_size", &self.stack_size)
             .field("pin_threads", &self.pin_threads)
+            .field("use_current_thread", &self.use_current_thread)
             .finish_non_exhaustive()
     }
 }
@@ -62,8 +115,54 @@ impl ThreadPoolBuilder {
         Self::default()
     }
 
+    /// Builds a pool whose workers are scoped threads of a [`std::thread::scope`], calls
+    /// `with_pool` with it, and returns what it returns once the pool is dropped and every
+    /// worker has exited. Each worker thread starts by calling `wrapper`, which must call
+    /// [`ThreadBuilder::run`] (to set up scoped thread-locals around it, for example), as in
+    /// rayon-core. Work of the pool admits its jobs as in any pool: the threads only change
+    /// who runs the workers.
+    ///
+    /// ```
+    /// let data = vec![1, 2, 3];
+    /// let sum = treepool::ThreadPoolBuilder::new()
+    ///     .num_threads(2)
+    ///     .build_scoped(|thread| thread.run(), |pool| pool.install(|| data.iter().sum::<i32>()))
+    ///     .unwrap();
+    /// assert_eq!(sum, 6);
+    /// ```
+    pub fn build_scoped<W, F, R>(self, wrapper: W, with_pool: F) -> Result<R, BuildError>
+    where
+        W: Fn(ThreadBuilder) + Sync,
+        F: FnOnce(&ThreadPool) -> R,
+    {
+        std::thread::scope(|scope| {
+            let wrapper = &wrapper;
+            let pool = self
+                .spawn_handler(move |thread| {
+                    let mut builder = std::thread::Builder::new();
+                    if let Some(name) = thread.name() {
+                        builder = builder.name(name.to_string());
+                    }
+                    if let Some(size) = thread.stack_size() {
+                        builder = builder.stack_size(size);
+                    }
+                    builder.spawn_scoped(scope, move || wrapper(thread))?;
+                    Ok(())
+                })
+                .build()?;
+            Ok(with_pool(&pool))
+        })
+    }
+
+    pub(crate) fn build_registry_for_global(self) -> Result<Arc<Registry>, BuildError> {
+        self.build_registry()
+    }
+}
+
+impl<S> ThreadPoolBuilder<S> {
     /// The number of worker threads. `0` (the default) means the `TREEPOOL_NUM_THREADS`
-    /// environment variable if set, else [`std::thread::available_parallelism`].
+    /// environment variable if set, else [`std::thread::available_parallelism`]. More than
+    /// [`max_num_threads`] (either way) is reduced to it.
     pub fn num_threads(mut self, n: usize) -> Self {
         self.num_threads = n;
         self
@@ -78,7 +177,7 @@ impl ThreadPoolBuilder {
         self
     }
 
-    /// Names worker `i` `f(i)`.
+    /// Names worker `i` `f(i)`. A name with a NUL byte in it is a build error.
     pub fn thread_name<F: FnMut(usize) -> String + 'static>(mut self, f: F) -> Self {
         self.thread_name = Some(Box::new(f));
         self
@@ -87,7 +186,8 @@ impl ThreadPoolBuilder {
     /// The stack size of each worker thread, in bytes; at least 64 KiB (smaller sizes are raised
     /// to it). Every job starts with at least half of it free: a job that helping would start
     /// deeper starts on a stack segment of this size instead. A size the OS refuses is a build
-    /// error.
+    /// error. Threads of a [`spawn_handler`](ThreadPoolBuilder::spawn_handler) get it through
+    /// [`ThreadBuilder::stack_size`] and may ignore it: the rule then reads the stack they have.
     pub fn stack_size(mut self, bytes: usize) -> Self {
         self.stack_size = Some(bytes);
         self
@@ -95,22 +195,147 @@ impl ThreadPoolBuilder {
 
     /// Pins worker `i` to core `i mod cores` (via `core_affinity`). Where the core list cannot be
     /// read, `build` fails with a [`BuildError`]; where the OS refuses one pinning, that worker
-    /// runs unpinned (pinning is a hint, not a guarantee).
+    /// runs unpinned (pinning is a hint, not a guarantee). With
+    /// [`use_current_thread`](ThreadPoolBuilder::use_current_thread) the builder's thread is not
+    /// pinned.
     pub fn pin_threads(mut self, pin: bool) -> Self {
         self.pin_threads = pin;
         self
     }
 
-    /// Handles panics of detached jobs ([`ThreadPool::spawn`], [`spawn`](crate::spawn)). Without
-    /// one, the panic message is printed to stderr. Either way the worker survives.
+    /// Handles panics of detached jobs ([`ThreadPool::spawn`], [`spawn`](crate::spawn)) and of
+    /// the start and exit handlers. Without one, the panic message is printed to stderr (rayon
+    /// aborts the process instead). Either way the worker survives.
     pub fn panic_handler<H>(mut self, handler: H) -> Self
     where
-        H: Fn(Box<dyn std::any::Any + Send>) + Send + Sync + 'static,
+        H: Fn(Box<dyn Any + Send>) + Send + Sync + 'static,
     {
         self.panic_handler = Some(Box::new(handler));
         self
     }
 
+    /// Calls `handler(index)` on each worker thread the pool starts, before it runs any pool
+    /// work (not on the builder's thread with
+    /// [`use_current_thread`](ThreadPoolBuilder::use_current_thread), as in rayon-core).
+    ///
+    /// Admission: the handler runs outside any job and holds no token; a call into the pool
+    /// from it starts a root job on a pool token, like a call from outside the pool but run on
+    /// this thread when a token is free (`current_thread_index` is the worker's there). A panic
+    /// in it goes to the [`panic_handler`](ThreadPoolBuilder::panic_handler), or is printed (rayon
+    /// aborts without a panic handler); the worker then starts normally.
+    ///
+    /// ```
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// let pool = treepool::ThreadPoolBuilder::new()
+    ///     .num_threads(2)
+    ///     .start_handler(move |index| tx.send(index).unwrap())
+    ///     .build()
+    ///     .unwrap();
+    /// let mut started: Vec<usize> = rx.iter().take(2).collect();
+    /// started.sort();
+    /// assert_eq!(started, [0, 1]);
+    /// # drop(pool);
+    /// ```
+    pub fn start_handler<H>(mut self, handler: H) -> Self
+    where
+        H: Fn(usize) + Send + Sync + 'static,
+    {
+        self.start_handler = Some(Box::new(handler));
+        self
+    }
+
+    /// Calls `handler(index)` on each worker thread the pool started, once the pool was dropped
+    /// and the worker ran out of work, just before the thread exits. Admission and panics: as
+    /// for [`start_handler`](ThreadPoolBuilder::start_handler); a call into the pool from an
+    /// exit handler runs on a pool token only if one is free (the other workers may have exited,
+    /// and no job should wait for them).
+    pub fn exit_handler<H>(mut self, handler: H) -> Self
+    where
+        H: Fn(usize) + Send + Sync + 'static,
+    {
+        self.exit_handler = Some(Box::new(handler));
+        self
+    }
+
+    /// Makes the builder's own thread worker 0 of the pool, as rayon-core does: `build`
+    /// starts one thread fewer, and [`current_thread_index`](crate::current_thread_index) is
+    /// `Some(0)` on the builder's thread from then on. The thread runs pool work only while it
+    /// is inside a call into the pool (`install`, `join`, `scope`, `spawn`, free or methods):
+    /// other workers steal from it then, and when the call returns it leaves nothing behind that
+    /// another worker would wait for (see `docs/design.md` §4.8). With `num_threads(1)` the pool
+    /// therefore runs work only while its builder's thread is in a call: a call from another
+    /// thread waits until it is.
+    ///
+    /// Admission: a call from the builder's thread outside every job of the pool starts a root
+    /// job on a pool token (never credit), run on the builder's thread when a token is free
+    /// at once, else where its token is granted; while it waits, the thread runs other jobs of
+    /// the pool. Start and exit handlers do not run for it.
+    ///
+    /// The thread stays worker 0 until the pool is dropped on it outside a call, or until it
+    /// exits; with [`build_global`](ThreadPoolBuilder::build_global), for the whole process.
+    /// Building while the thread is a worker of any pool, or worker 0 of another one, is a
+    /// build error.
+    ///
+    /// ```
+    /// let pool = treepool::ThreadPoolBuilder::new()
+    ///     .num_threads(2)
+    ///     .use_current_thread()
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(treepool::current_thread_index(), Some(0));
+    /// assert_eq!(pool.install(|| treepool::current_thread_index()), Some(0));
+    /// ```
+    pub fn use_current_thread(mut self) -> Self {
+        self.use_current_thread = true;
+        self
+    }
+
+    /// Starts each worker thread with `spawn` instead of std's `thread::Builder`, as in
+    /// rayon-core: `spawn` gets a [`ThreadBuilder`] and must call [`ThreadBuilder::run`] on a
+    /// thread of its own (returning at once); an error it returns is a build error, and the
+    /// workers started before it exit. The threads run the workers only: every bound holds as
+    /// in any pool, and the stack-headroom rule reads each thread's own stack (where it
+    /// cannot, every job of that thread starts on a stack segment).
+    ///
+    /// The threads exit once the pool is dropped and its work is done, not before: a
+    /// `ThreadBuilder` that is never run leaves its worker missing (its deque stays empty; the
+    /// pool's work goes to the other workers, and a pool with none left runs nothing).
+    ///
+    /// ```
+    /// let pool = treepool::ThreadPoolBuilder::new()
+    ///     .num_threads(2)
+    ///     .spawn_handler(|thread| {
+    ///         std::thread::Builder::new()
+    ///             .name(format!("mine-{}", thread.index()))
+    ///             .spawn(|| thread.run())?;
+    ///         Ok(())
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// let name = pool.install(|| std::thread::current().name().map(str::to_owned));
+    /// assert!(name.unwrap().starts_with("mine-"));
+    /// ```
+    pub fn spawn_handler<F>(self, spawn: F) -> ThreadPoolBuilder<CustomSpawn<F>>
+    where
+        F: FnMut(ThreadBuilder) -> io::Result<()>,
+    {
+        ThreadPoolBuilder {
+            num_threads: self.num_threads,
+            max_inflight: self.max_inflight,
+            thread_name: self.thread_name,
+            stack_size: self.stack_size,
+            pin_threads: self.pin_threads,
+            panic_handler: self.panic_handler,
+            start_handler: self.start_handler,
+            exit_handler: self.exit_handler,
+            use_current_thread: self.use_current_thread,
+            spawn_handler: CustomSpawn(spawn),
+        }
+    }
+}
+
+#[allow(private_bounds)]
+impl<S: ThreadSpawn> ThreadPoolBuilder<S> {
     /// Builds the pool and starts its workers.
     pub fn build(self) -> Result<ThreadPool, BuildError> {
         self.build_registry().map(ThreadPool::from_registry)
@@ -122,24 +347,9 @@ impl ThreadPoolBuilder {
         crate::pool::set_global(self.build_registry()?)
     }
 
-    pub(crate) fn build_registry_for_global(self) -> Result<Arc<Registry>, BuildError> {
-        self.build_registry()
-    }
-
     fn build_registry(mut self) -> Result<Arc<Registry>, BuildError> {
         let num_threads = resolve_num_threads(self.num_threads)?;
-        let max_inflight = match self.max_inflight {
-            Some(0) => return Err(BuildError::new("max_inflight must be at least 1, got 0")),
-            Some(cap) if cap > MAX_TOKENS => {
-                return Err(BuildError::new(format!(
-                    "max_inflight must be at most {MAX_TOKENS}, got {cap}"
-                )))
-            }
-            Some(cap) => cap,
-            None => num_threads
-                .saturating_mul(DEFAULT_TOKENS_PER_THREAD)
-                .min(MAX_TOKENS),
-        };
+        let max_inflight = resolve_max_inflight(self.max_inflight, num_threads)?;
         let cores = match self.pin_threads {
             false => None,
             true => match core_affinity::get_core_ids() {
@@ -151,35 +361,45 @@ impl ThreadPoolBuilder {
                 }
             },
         };
-        // Every name before any worker starts: a `thread_name` closure that panics then leaves
-        // no worker behind.
-        let mut names: Vec<Option<String>> = match self.thread_name.as_mut() {
-            Some(name) => (0..num_threads).map(|i| Some(name(i))).collect(),
-            None => vec![None; num_threads],
-        };
+        if self.use_current_thread
+            && (WorkerThread::current().is_some() || crate::borrowed::index().is_some())
+        {
+            return Err(BuildError::new(
+                "use_current_thread: this thread is already a worker of a pool",
+            ));
+        }
+        // Every name before any worker starts: a `thread_name` closure that panics, or a name
+        // std would refuse, then leaves no worker behind.
+        let mut names = self.names(num_threads)?;
+        let segment_size = self
+            .stack_size
+            .unwrap_or_else(default_stack_size)
+            .max(MIN_STACK_SIZE);
+        let handlers = Arc::new(Handlers {
+            start: self.start_handler.take(),
+            exit: self.exit_handler.take(),
+        });
         let (registry, seeds) = Registry::new(num_threads, max_inflight, self.panic_handler.take());
+        // Until every worker runs: an error, or a spawn handler's panic, ends the started ones.
+        let unfinished = TerminateOnDrop(&registry);
+        let mut own_seed = None;
         for seed in seeds {
             let index = seed.index();
-            let mut builder = std::thread::Builder::new();
-            if let Some(name) = names[index].take() {
-                builder = builder.name(name);
+            if index == 0 && self.use_current_thread {
+                own_seed = Some(seed);
+                continue;
             }
-            let stack_size = self
-                .stack_size
-                .unwrap_or_else(default_stack_size)
-                .max(MIN_STACK_SIZE);
-            builder = builder.stack_size(stack_size);
-            let core = cores.as_ref().map(|c| c[index % c.len()]);
-            let worker_registry = registry.clone();
-            let spawned = builder.spawn(move || {
-                main_loop(seed, worker_registry, stack_size, |_| {
-                    if let Some(core) = core {
-                        core_affinity::set_for_current(core);
-                    }
-                })
-            });
-            if let Err(err) = spawned {
-                registry.terminate();
+            let thread = ThreadBuilder {
+                seed,
+                registry: registry.clone(),
+                name: names[index].take(),
+                stack_size: self.stack_size.map(|bytes| bytes.max(MIN_STACK_SIZE)),
+                segment_size,
+                core: cores.as_ref().map(|c| c[index % c.len()]),
+                handlers: handlers.clone(),
+                builder_started: false,
+            };
+            if let Err(err) = self.spawn_handler.spawn(thread, segment_size) {
                 return Err(BuildError::new(format!(
                     "cannot start worker thread {index}: {err}{}",
                     match self.stack_size {
@@ -189,7 +409,159 @@ impl ThreadPoolBuilder {
                 )));
             }
         }
+        std::mem::forget(unfinished);
+        if let Some(seed) = own_seed {
+            crate::borrowed::borrow(seed, registry.clone(), segment_size);
+        }
         Ok(registry)
+    }
+
+    /// The workers' names, if `thread_name` was given; a name std would refuse is an error.
+    fn names(&mut self, num_threads: usize) -> Result<Vec<Option<String>>, BuildError> {
+        let Some(name) = self.thread_name.as_mut() else {
+            return Ok(vec![None; num_threads]);
+        };
+        (0..num_threads)
+            .map(|i| match name(i) {
+                bad if bad.contains('\0') => Err(BuildError::new(format!(
+                    "thread_name: the name of worker {i}, {bad:?}, has a NUL byte"
+                ))),
+                good => Ok(Some(good)),
+            })
+            .collect()
+    }
+}
+
+/// Terminates the registry it holds when dropped: the workers started so far exit.
+struct TerminateOnDrop<'a>(&'a Arc<Registry>);
+
+impl Drop for TerminateOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.terminate();
+    }
+}
+
+/// The start and exit handlers, shared by the workers.
+struct Handlers {
+    start: Option<Handler>,
+    exit: Option<Handler>,
+}
+
+impl Handlers {
+    /// Calls `handler` for worker `index` outside any job; a panic goes to the pool's panic
+    /// handler (or is printed), as a detached job's does.
+    fn call(handler: &Option<Handler>, index: usize, registry: &Registry) {
+        if let Some(handler) = handler {
+            if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| handler(index))) {
+                registry.handle_panic(payload);
+            }
+        }
+    }
+}
+
+/// A worker thread to be started: what a [`spawn_handler`](ThreadPoolBuilder::spawn_handler)
+/// gets, to call [`run`](ThreadBuilder::run) on a thread of its own (rayon-core's type).
+pub struct ThreadBuilder {
+    seed: WorkerSeed,
+    registry: Arc<Registry>,
+    name: Option<String>,
+    stack_size: Option<usize>,
+    segment_size: usize,
+    core: Option<core_affinity::CoreId>,
+    handlers: Arc<Handlers>,
+    /// Started by the builder's default spawn, with a stack of `segment_size` bytes.
+    builder_started: bool,
+}
+
+impl ThreadBuilder {
+    /// The index of this worker in its pool, in `0..num_threads`.
+    pub fn index(&self) -> usize {
+        self.seed.index()
+    }
+
+    /// The name [`ThreadPoolBuilder::thread_name`] gave this worker, if any.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// The stack size [`ThreadPoolBuilder::stack_size`] asked for (raised to 64 KiB), if any.
+    pub fn stack_size(&self) -> Option<usize> {
+        self.stack_size
+    }
+
+    /// Runs the worker on the calling thread: its start handler, pool work until the pool is
+    /// dropped and no work is left, its exit handler. Returns then.
+    pub fn run(self) {
+        let headroom = Headroom::new(self.segment_size, self.builder_started);
+        let (handlers, core, registry) = (self.handlers, self.core, self.registry.clone());
+        let start = |index| {
+            if let Some(core) = core {
+                core_affinity::set_for_current(core);
+            }
+            Handlers::call(&handlers.start, index, &registry);
+        };
+        let exit = |index| Handlers::call(&handlers.exit, index, &registry);
+        main_loop(self.seed, self.registry, headroom, start, exit);
+    }
+}
+
+impl fmt::Debug for ThreadBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ThreadBuilder")
+            .field("pool", &self.registry.id())
+            .field("index", &self.index())
+            .field("name", &self.name)
+            .field("stack_size", &self.stack_size)
+            .finish()
+    }
+}
+
+/// How a builder starts its worker threads (sealed: [`DefaultSpawn`] or [`CustomSpawn`]).
+pub(crate) trait ThreadSpawn {
+    /// Starts a thread that calls `thread.run()`; `stack_size`: the size the builder would give
+    /// it (the default spawn passes it explicitly, so that the worker knows its stack).
+    fn spawn(&mut self, thread: ThreadBuilder, stack_size: usize) -> io::Result<()>;
+}
+
+/// The default way to start workers: std's `thread::Builder`, with the worker's name and stack
+/// size. Not named by user code.
+#[derive(Debug, Default)]
+pub struct DefaultSpawn;
+
+impl ThreadSpawn for DefaultSpawn {
+    fn spawn(&mut self, mut thread: ThreadBuilder, stack_size: usize) -> io::Result<()> {
+        let mut builder = std::thread::Builder::new().stack_size(stack_size);
+        if let Some(name) = thread.name.take() {
+            builder = builder.name(name);
+        }
+        thread.builder_started = true;
+        builder.spawn(move || thread.run()).map(drop)
+    }
+}
+
+/// Workers started by a user's [`spawn_handler`](ThreadPoolBuilder::spawn_handler). Not named
+/// by user code.
+#[derive(Debug)]
+pub struct CustomSpawn<F>(F);
+
+impl<F: FnMut(ThreadBuilder) -> io::Result<()>> ThreadSpawn for CustomSpawn<F> {
+    fn spawn(&mut self, thread: ThreadBuilder, _stack_size: usize) -> io::Result<()> {
+        (self.0)(thread)
+    }
+}
+
+/// The number of tokens: as asked (1 to `MAX_TOKENS`), else `DEFAULT_TOKENS_PER_THREAD` per
+/// thread.
+fn resolve_max_inflight(cap: Option<usize>, num_threads: usize) -> Result<usize, BuildError> {
+    match cap {
+        Some(0) => Err(BuildError::new("max_inflight must be at least 1, got 0")),
+        Some(cap) if cap > MAX_TOKENS => Err(BuildError::new(format!(
+            "max_inflight must be at most {MAX_TOKENS}, got {cap}"
+        ))),
+        Some(cap) => Ok(cap),
+        None => Ok(num_threads
+            .saturating_mul(DEFAULT_TOKENS_PER_THREAD)
+            .min(MAX_TOKENS)),
     }
 }
 
@@ -202,20 +574,26 @@ fn default_stack_size() -> usize {
         .unwrap_or(2 << 20)
 }
 
+/// The number of workers: `n`, else `TREEPOOL_NUM_THREADS`, else the available parallelism;
+/// at most `MAX_THREADS`.
 fn resolve_num_threads(n: usize) -> Result<usize, BuildError> {
     if n > 0 {
-        return Ok(n);
+        return Ok(n.min(MAX_THREADS));
     }
-    if let Ok(value) = std::env::var(NUM_THREADS_ENV) {
-        return match value.trim().parse::<usize>() {
-            Ok(n) if n > 0 => Ok(n),
+    if let Some(value) = std::env::var_os(NUM_THREADS_ENV) {
+        let parsed = value.to_str().map(|v| v.trim().parse::<usize>());
+        return match parsed {
+            Some(Ok(n)) if n > 0 => Ok(n.min(MAX_THREADS)),
             _ => Err(BuildError::new(format!(
                 "{NUM_THREADS_ENV}={value:?} is not a positive number of threads"
             ))),
         };
     }
-    Ok(std::thread::available_parallelism().map_or(1, |n| n.get()))
+    Ok(std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS)))
 }
+
+/// Another name for [`BuildError`], as rayon-core calls it.
+pub type ThreadPoolBuildError = BuildError;
 
 /// Why a pool could not be built. Its message names the problem.
 #[derive(Debug, Clone, PartialEq, Eq)]

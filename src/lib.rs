@@ -57,6 +57,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod borrowed;
 mod builder;
 mod chaos;
 mod job;
@@ -73,7 +74,10 @@ mod stats;
 mod sync;
 mod token;
 
-pub use builder::{BuildError, ThreadPoolBuilder, DEFAULT_TOKENS_PER_THREAD, NUM_THREADS_ENV};
+pub use builder::{
+    max_num_threads, BuildError, ThreadBuilder, ThreadPoolBuildError, ThreadPoolBuilder,
+    DEFAULT_TOKENS_PER_THREAD, NUM_THREADS_ENV,
+};
 pub use join::FnContext;
 pub use pool::{
     current_num_threads, current_thread_has_pending_tasks, current_thread_index, join,

@@ -1,12 +1,15 @@
 //! The public entry points: [`ThreadPool`], the global pool, and the free functions.
 //!
 //! This module owns where a call lands: inline in the current job when the calling thread is a
-//! worker of the target pool, or as a new root job of that pool otherwise (admitted on a pool
-//! token from a thread outside every pool, on the caller's credit from a worker of another pool).
+//! worker of the target pool running one, or as a new root job of that pool otherwise (admitted
+//! on a pool token from a thread outside every pool, and from a worker of the pool that runs no
+//! job: a start or exit handler, or the builder's thread of `use_current_thread`, entered as
+//! worker 0 for the call (see `borrowed`); on the caller's credit from a worker of another pool).
 //! It never bypasses the token table.
 
 use std::sync::{Mutex as StdMutex, OnceLock};
 
+use crate::borrowed;
 use crate::builder::{BuildError, ThreadPoolBuilder};
 use crate::job::{HeapJob, JobResult, RootJob};
 use crate::join::{join_context_in_worker, join_in_worker, FnContext};
@@ -61,6 +64,12 @@ impl ThreadPool {
     /// calls in progress from other pools' jobs ([`Stats::calls_in`]), in flight ≤ that sum ×
     /// levels.
     ///
+    /// On a worker of this pool that runs no job (in a start or exit handler, or on the
+    /// builder's thread of [`use_current_thread`](crate::ThreadPoolBuilder::use_current_thread),
+    /// outside any job), `op` starts a root job on a pool token, as from outside the pool, but
+    /// it runs on the calling thread when a token is free at once, and the thread runs the
+    /// pool's jobs while it waits.
+    ///
     /// ```
     /// let pool = treepool::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
     /// let words = vec!["lend", "one", "token"];
@@ -75,10 +84,7 @@ impl ThreadPool {
         OP: FnOnce() -> R + Send,
         R: Send,
     {
-        match WorkerThread::current() {
-            Some(worker) if worker.registry().id() == self.registry.id() => op(),
-            here => run_root(&self.registry, here, op),
-        }
+        in_pool(&self.registry, op)
     }
 
     /// [`join`](crate::join) in this pool.
@@ -110,7 +116,12 @@ impl ThreadPool {
     /// for why): if no token is free, the job is queued, the call returns, and the job starts
     /// once a token frees. Spawns across pools are therefore not backpressured.
     pub fn spawn<F: FnOnce() + Send + 'static>(&self, f: F) {
-        spawn_in(&self.registry, f);
+        let registry = &self.registry;
+        if WorkerThread::current().is_some() {
+            return spawn_in(registry, f);
+        }
+        let entered = borrowed::enter(Some(registry.id()), f, |_, f| spawn_in(registry, f));
+        entered.unwrap_or_else(|f| spawn_in(registry, f));
     }
 
     /// The calling thread's index in this pool, if it is one of its workers (`None` on a
@@ -161,7 +172,80 @@ impl ThreadPool {
 impl Drop for ThreadPool {
     fn drop(&mut self) {
         self.registry.terminate();
+        borrowed::release(self.registry.id());
     }
+}
+
+/// Runs `op` in `registry` from the calling thread: inline in the current job on a worker of
+/// `registry` that runs one; as a root job on a pool token from one that runs none (a start or
+/// exit handler, or the builder's thread of `use_current_thread`, entered for the call); else
+/// as a root job from outside ([`run_root`]).
+fn in_pool<OP, R>(registry: &Arc<Registry>, op: OP) -> R
+where
+    OP: FnOnce() -> R + Send,
+    R: Send,
+{
+    match WorkerThread::current() {
+        Some(worker) if worker.registry().id() == registry.id() => {
+            match worker.current_ptr().is_null() {
+                false => op(),
+                true => run_root_here(registry, worker, op),
+            }
+        }
+        Some(here) => run_root(registry, Some(here), op),
+        None => borrowed::enter(Some(registry.id()), op, |w, op| {
+            run_root_here(registry, w, op)
+        })
+        .unwrap_or_else(|op| run_root(registry, None, op)),
+    }
+}
+
+/// A free function's call from a thread that runs no job: into the pool of the calling worker
+/// (a handler's thread), else of the borrowed worker the thread is (`use_current_thread`), else
+/// the global pool.
+#[cold]
+fn from_outside_jobs<OP, R>(op: OP) -> R
+where
+    OP: FnOnce() -> R + Send,
+    R: Send,
+{
+    match WorkerThread::current() {
+        Some(worker) => in_pool(worker.registry(), op),
+        None => borrowed::enter(None, op, |w, op| run_root_here(w.registry(), w, op))
+            .unwrap_or_else(|op| run_root(global_registry(), None, op)),
+    }
+}
+
+/// Runs `op` as a new root job of `registry` on `worker`, one of its workers that runs no job,
+/// and waits for it: admitted on a pool token as any spawn of a worker is (waiting, and running
+/// other jobs, while none is free), it runs right here when a token is free at once, else where
+/// its granter made it runnable (usually here too: on this worker's deque). The thread holds no
+/// token while it waits, so the wait needs nothing of it: B3's argument for a root from outside.
+fn run_root_here<OP, R>(registry: &Arc<Registry>, worker: &WorkerThread, op: OP) -> R
+where
+    OP: FnOnce() -> R + Send,
+    R: Send,
+{
+    let lender = LenderRef::new(registry.new_lender_on(Some(worker)));
+    let job = RootJob::new(lender.clone(), op, registry.waker_for(Some(worker)));
+    // SAFETY: `job` stays on this frame until its latch is set, which is waited for below.
+    let job_ref = unsafe { job.as_job_ref() };
+    if registry.try_admit(&lender) {
+        // SAFETY: admitted into this worker's pool, run once, here, while alive.
+        unsafe { job_ref.run() };
+    } else {
+        // SAFETY: `lender` lives on this frame for the whole call; no scope.
+        unsafe {
+            registry.admit(
+                Some(worker),
+                LenderRef::as_ptr(&lender),
+                job_ref,
+                std::ptr::null(),
+            )
+        };
+        worker.wait_until(|| job.latch.probe());
+    }
+    job.into_value()
 }
 
 /// Runs `op` as a new root job of `registry`, from a thread that is not one of its workers, and
@@ -227,16 +311,9 @@ pub(crate) fn set_global(registry: Arc<Registry>) -> Result<(), BuildError> {
         Ok(()) => Ok(()),
         Err(unused) => {
             unused.terminate();
+            borrowed::release(unused.id());
             Err(BuildError::new("the global pool has already been built"))
         }
-    }
-}
-
-/// The pool of the calling worker, else the global pool.
-fn current_registry() -> &'static Registry {
-    match WorkerThread::current() {
-        Some(worker) => worker.registry(),
-        None => global_registry(),
     }
 }
 
@@ -273,8 +350,8 @@ where
     RB: Send,
 {
     match WorkerThread::current() {
-        Some(worker) => join_in_worker(worker, a, b),
-        None => run_root(global_registry(), None, || join(a, b)),
+        Some(worker) if !worker.current_ptr().is_null() => join_in_worker(worker, a, b),
+        _ => from_outside_jobs(|| join(a, b)),
     }
 }
 
@@ -329,8 +406,8 @@ where
     R: Send,
 {
     match WorkerThread::current() {
-        Some(worker) => scope_in_worker(worker, op),
-        None => run_root(global_registry(), None, || scope(op)),
+        Some(worker) if !worker.current_ptr().is_null() => scope_in_worker(worker, op),
+        _ => from_outside_jobs(|| scope(op)),
     }
 }
 
@@ -345,11 +422,15 @@ where
 pub fn spawn<F: FnOnce() + Send + 'static>(f: F) {
     match WorkerThread::current() {
         Some(worker) => spawn_in(worker.registry(), f),
-        None => spawn_in(global_registry(), f),
+        None => borrowed::enter(None, f, |w, f| spawn_in(w.registry(), f))
+            .unwrap_or_else(|f| spawn_in(global_registry(), f)),
     }
 }
 
-/// The index of the calling worker thread in its pool, or `None` outside any pool.
+/// The index of the calling worker thread in its pool, or `None` outside any pool. On the
+/// builder's thread of a pool built with
+/// [`use_current_thread`](crate::ThreadPoolBuilder::use_current_thread) it is `Some(0)`, inside
+/// calls into the pool and between them, as in rayon.
 ///
 /// ```
 /// assert_eq!(treepool::current_thread_index(), None);
@@ -357,12 +438,20 @@ pub fn spawn<F: FnOnce() + Send + 'static>(f: F) {
 /// assert!(pool.install(|| treepool::current_thread_index()).unwrap() < 3);
 /// ```
 pub fn current_thread_index() -> Option<usize> {
-    WorkerThread::current().map(WorkerThread::index)
+    WorkerThread::current()
+        .map(WorkerThread::index)
+        .or_else(borrowed::index)
 }
 
-/// The number of threads of the calling worker's pool, else of the global pool.
+/// The number of threads of the calling worker's pool, else of the pool whose worker 0 the
+/// calling thread is ([`use_current_thread`](crate::ThreadPoolBuilder::use_current_thread)),
+/// else of the global pool.
 pub fn current_num_threads() -> usize {
-    current_registry().num_threads()
+    match WorkerThread::current() {
+        Some(worker) => worker.registry().num_threads(),
+        None => borrowed::registry()
+            .map_or_else(|| global_registry().num_threads(), |r| r.num_threads()),
+    }
 }
 
 /// Whether the calling worker thread has work of its own pending: jobs in its deque, or `join`

@@ -573,8 +573,9 @@ impl WorkerThread {
     #[inline]
     pub fn current<'a>() -> Option<&'a WorkerThread> {
         let ptr = WORKER.with(Cell::get);
-        // SAFETY: the pointer is set by `main_loop` for the thread's whole life as a worker and
-        // points to a `WorkerThread` on that thread's stack, outliving every job it runs.
+        // SAFETY: the pointer is set by `main_loop` for the thread's whole life as a worker, to
+        // a `WorkerThread` on that thread's stack, or by `borrowed::enter` for a call, to one in
+        // the thread's thread-local; either outlives every job the thread runs meanwhile.
         unsafe { ptr.as_ref() }
     }
 
@@ -1061,34 +1062,18 @@ impl WorkerThread {
 }
 
 /// The body of a worker thread: run jobs until the pool terminates and no work is left.
-/// `stack_size`: the size of the thread's stack, for the stack-headroom rule (see `stack`).
+/// `headroom`: the stack-headroom rule of the calling thread (see `stack`). `on_start` and
+/// `on_exit` run on the thread as its worker (`current_thread_index` works there), outside any
+/// job: first and last.
 pub fn main_loop(
     seed: WorkerSeed,
     registry: Arc<Registry>,
-    stack_size: usize,
+    headroom: Headroom,
     on_start: impl FnOnce(usize),
+    on_exit: impl FnOnce(usize),
 ) {
-    let request: *const RequestFlag = registry.requests.flag(seed.index);
-    let grants_elsewhere = registry.num_threads() > 1;
-    let counters_row = registry.counters.row(seed.index);
-    let worker = WorkerThread {
-        deque: seed.deque,
-        index: seed.index,
-        registry,
-        current: Cell::new(ptr::null()),
-        spare: Spare::default(),
-        handoff: CountHandoff::default(),
-        halves: PrivateHalves::default(),
-        request,
-        rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ (seed.index as u64 + 1).wrapping_mul(0xA24B_AED4)),
-        spawned_level: Cell::new(None),
-        admitting: Cell::new(ptr::null()),
-        waiting_spawn: Cell::new(ptr::null()),
-        headroom: Headroom::new(stack_size),
-        grants_elsewhere,
-        counters_row,
-    };
-    WORKER.with(|w| w.set(&worker));
+    let worker = WorkerThread::new(seed, registry, headroom);
+    set_current_worker(&worker);
     on_start(worker.index);
     // SeqCst: pairs with `terminate`'s store (see `Sleep`).
     worker.wait_until(|| worker.registry.terminating.load(Ordering::SeqCst));
@@ -1096,5 +1081,49 @@ pub fn main_loop(
         // SAFETY: as in `wait_until`.
         unsafe { job.run() };
     }
-    WORKER.with(|w| w.set(ptr::null()));
+    on_exit(worker.index);
+    set_current_worker(ptr::null());
+}
+
+/// Makes `worker` the calling thread's worker state (null: none). Whoever sets it keeps the
+/// `WorkerThread` alive and in place until it resets the pointer.
+pub fn set_current_worker(worker: *const WorkerThread) {
+    WORKER.with(|w| w.set(worker));
+}
+
+impl WorkerThread {
+    /// The worker state of `seed`'s worker, for the calling thread.
+    pub fn new(seed: WorkerSeed, registry: Arc<Registry>, headroom: Headroom) -> Self {
+        let request: *const RequestFlag = registry.requests.flag(seed.index);
+        let grants_elsewhere = registry.num_threads() > 1;
+        let counters_row = registry.counters.row(seed.index);
+        WorkerThread {
+            deque: seed.deque,
+            index: seed.index,
+            registry,
+            current: Cell::new(ptr::null()),
+            spare: Spare::default(),
+            handoff: CountHandoff::default(),
+            halves: PrivateHalves::default(),
+            request,
+            rng: Cell::new(
+                0x9E37_79B9_7F4A_7C15 ^ (seed.index as u64 + 1).wrapping_mul(0xA24B_AED4),
+            ),
+            spawned_level: Cell::new(None),
+            admitting: Cell::new(ptr::null()),
+            waiting_spawn: Cell::new(ptr::null()),
+            headroom,
+            grants_elsewhere,
+            counters_row,
+        }
+    }
+
+    /// Moves every job of this worker's deque to the injector, where any worker finds it: for
+    /// a thread that stops running pool work for a while (`borrowed`), so that no job waits for
+    /// it to come back.
+    pub fn hand_over_local_jobs(&self) {
+        while let Some(job) = self.deque.pop() {
+            self.registry.inject(job);
+        }
+    }
 }

@@ -20,6 +20,10 @@
 //! Segments exist where corosensei supports the target (the list in `Cargo.toml`); elsewhere
 //! a job starts where it is, as before this rule.
 //!
+//! The thread's own mark comes from its real stack bounds where they can be read (Linux), so the
+//! rule holds on threads the builder did not start or size: a `spawn_handler`'s, and the
+//! builder's own with `use_current_thread` (see [`Headroom::new`]).
+//!
 //! It never runs, admits or schedules anything: it only decides on which stack a job starts.
 
 use std::cell::Cell;
@@ -56,8 +60,8 @@ pub struct Headroom {
     low_water: Cell<usize>,
     /// The size of a segment: the worker's own stack size.
     segment_size: usize,
-    /// The thread's stack top minus its size: a mapping whose top is at or below this cannot
-    /// overlap the thread's stack, which reaches at least this low, so it lies below the stack
+    /// The low end of the thread's stack (read, or its top minus its size): a mapping whose
+    /// top is at or below this cannot overlap the thread's stack, so it lies below the stack
     /// (see `map_segment`).
     thread_floor: usize,
     /// A segment no job runs on, kept for the next one that needs it.
@@ -65,14 +69,27 @@ pub struct Headroom {
 }
 
 impl Headroom {
-    /// The rule for the calling thread, a worker near the base of a stack of at least `size`
-    /// bytes (`MIN_STACK_SIZE` or more).
-    pub fn new(size: usize) -> Self {
-        let top = stack_pointer();
+    /// The rule for the calling thread, whose segments are `size` bytes (`MIN_STACK_SIZE` or
+    /// more): a job may start where at least `size / 2` bytes of the thread's stack are left.
+    ///
+    /// Where the thread's stack bounds can be read (`pthread_getattr_np` on Linux), they are
+    /// the truth, wherever the thread is on its stack and whatever its size: a user's thread
+    /// (`spawn_handler`, or the builder's own thread with `use_current_thread`) may have another
+    /// size than the one the builder was told, and may be anywhere on it. Where they cannot,
+    /// `near_base` says the thread is a worker the builder started with a stack of `size` bytes
+    /// and calls this near its base; for any other thread the rule assumes no room at all, so
+    /// every job it runs starts on a segment (where the target has them).
+    pub fn new(size: usize, near_base: bool) -> Self {
+        let sp = stack_pointer();
+        let (low_water, thread_floor) = match stack_low_end() {
+            Some(low) => (low.saturating_add(size / 2), low),
+            None if near_base => (sp.saturating_sub(size / 2), sp.saturating_sub(size)),
+            None => (usize::MAX, sp.saturating_sub(size)),
+        };
         Headroom {
-            low_water: Cell::new(top.saturating_sub(size / 2)),
+            low_water: Cell::new(low_water),
             segment_size: size,
-            thread_floor: top.saturating_sub(size),
+            thread_floor,
             spare: Cell::new(None),
         }
     }
@@ -161,6 +178,35 @@ fn no_segment(size: usize, err: std::io::Error) -> ! {
          aborting"
     );
     std::process::abort()
+}
+
+/// The lowest usable address of the calling thread's stack (above its guard area), if the OS
+/// tells.
+#[cfg(target_os = "linux")]
+fn stack_low_end() -> Option<usize> {
+    // SAFETY: `attr` is initialized by `pthread_getattr_np` before it is read, and destroyed
+    // once, only if that succeeded; the out-pointers point to locals.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return None;
+        }
+        let mut addr: *mut libc::c_void = std::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let mut guard: libc::size_t = 0;
+        let read = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0
+            && libc::pthread_attr_getguardsize(&attr, &mut guard) == 0;
+        libc::pthread_attr_destroy(&mut attr);
+        // Whether the reported stack includes the guard area differs between libcs and
+        // versions: skipping it errs on the safe side either way.
+        (read && size > 0).then(|| (addr as usize).saturating_add(guard))
+    }
+}
+
+/// Elsewhere the bounds are not read (see [`Headroom::new`] for what is assumed instead).
+#[cfg(not(target_os = "linux"))]
+fn stack_low_end() -> Option<usize> {
+    None
 }
 
 /// The stack pointer.
