@@ -57,6 +57,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod broadcast;
 mod builder;
 mod chaos;
 mod job;
@@ -73,6 +74,7 @@ mod stats;
 mod sync;
 mod token;
 
+pub use broadcast::{broadcast, spawn_broadcast, BroadcastContext};
 pub use builder::{BuildError, ThreadPoolBuilder, DEFAULT_TOKENS_PER_THREAD, NUM_THREADS_ENV};
 pub use pool::{current_num_threads, current_thread_index, join, scope, spawn, ThreadPool};
 pub use scope::Scope;

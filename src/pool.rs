@@ -45,6 +45,11 @@ impl ThreadPool {
         ThreadPool { registry }
     }
 
+    /// The pool's registry.
+    pub(crate) fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
     /// Runs `op` in the pool and returns its result; the calling thread waits (a worker of
     /// another pool runs that pool's jobs meanwhile). On a worker of this pool, `op` runs inline
     /// in the current job. A panic in `op` is raised again here.
@@ -75,10 +80,7 @@ impl ThreadPool {
         OP: FnOnce() -> R + Send,
         R: Send,
     {
-        match WorkerThread::current() {
-            Some(worker) if worker.registry().id() == self.registry.id() => op(),
-            here => run_root(&self.registry, here, op),
-        }
+        install_in(&self.registry, |_| op())
     }
 
     /// [`join`](crate::join) in this pool.
@@ -164,8 +166,36 @@ where
     job.into_value()
 }
 
+/// Runs `op` on a worker of `registry` and returns its result: inline in the current job on a
+/// worker of that pool, else in a new root job (see [`ThreadPool::install`]).
+pub(crate) fn install_in<OP, R>(registry: &Arc<Registry>, op: OP) -> R
+where
+    OP: FnOnce(&WorkerThread) -> R + Send,
+    R: Send,
+{
+    match WorkerThread::current() {
+        Some(worker) if worker.registry().id() == registry.id() => op(worker),
+        // SAFETY: a root job runs on a worker of `registry`.
+        here => run_root(registry, here, || {
+            op(unsafe { WorkerThread::current_unchecked() })
+        }),
+    }
+}
+
 /// Spawns a detached job into `registry` from any thread.
 fn spawn_in<F: FnOnce() + Send + 'static>(registry: &Registry, f: F) {
+    let here = WorkerThread::current();
+    detached_job(registry, here, f).admit(registry, here);
+}
+
+/// The job of a detached spawn of `f` into `registry` from the calling thread, whose worker state
+/// (if it is a worker) is `here`: a child of the current job on a worker of `registry`, else a
+/// root. A panic in `f` goes to the pool's panic handler.
+pub(crate) fn detached_job<F: FnOnce() + Send + 'static>(
+    registry: &Registry,
+    here: Option<&WorkerThread>,
+    f: F,
+) -> Box<HeapJob<impl FnOnce() + Send + 'static>> {
     let body = move || {
         if let JobResult::Panic(payload) = JobResult::call(f) {
             // SAFETY: jobs run only on workers, of the pool they were admitted into.
@@ -174,9 +204,8 @@ fn spawn_in<F: FnOnce() + Send + 'static>(registry: &Registry, f: F) {
                 .handle_panic(payload);
         }
     };
-    let here = WorkerThread::current();
     let lender = registry.new_lender_on(registry.own(here));
-    HeapJob::new(lender, body, std::ptr::null()).admit(registry, here);
+    HeapJob::new(lender, body, std::ptr::null())
 }
 
 static GLOBAL: OnceLock<Arc<Registry>> = OnceLock::new();
@@ -204,7 +233,7 @@ pub(crate) fn set_global(registry: Arc<Registry>) -> Result<(), BuildError> {
 }
 
 /// The pool of the calling worker, else the global pool.
-fn current_registry() -> &'static Registry {
+pub(crate) fn current_registry() -> &'static Arc<Registry> {
     match WorkerThread::current() {
         Some(worker) => worker.registry(),
         None => global_registry(),

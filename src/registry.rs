@@ -16,6 +16,7 @@ use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 
 use std::io::Write;
 
+use crate::broadcast::Inboxes;
 use crate::job::{drop_quietly, JobRef, Ticket};
 use crate::latch::{CountLatch, WakeTarget};
 use crate::lazy::{PrivateHalves, RequestFlag, WorkRequests};
@@ -46,6 +47,8 @@ pub struct Registry {
     counters: Counters,
     terminating: AtomicBool,
     panic_handler: Option<PanicHandler>,
+    /// broadcast: each worker's inbox of pinned jobs (see `broadcast`).
+    inboxes: Inboxes,
 }
 
 /// What a worker thread needs to start, made before any thread runs.
@@ -82,6 +85,7 @@ impl Registry {
             counters: Counters::new(num_threads),
             terminating: AtomicBool::new(false),
             panic_handler,
+            inboxes: Inboxes::new(num_threads),
         });
         let seeds = deques
             .into_iter()
@@ -111,6 +115,12 @@ impl Registry {
     #[inline]
     pub fn sleep(&self) -> &Sleep {
         &self.sleep
+    }
+
+    /// The workers' inboxes of pinned jobs (see `broadcast`).
+    #[inline]
+    pub fn inboxes(&self) -> &Inboxes {
+        &self.inboxes
     }
 
     /// Asks the workers to finish the queued work and exit.
@@ -910,10 +920,14 @@ impl WorkerThread {
             // the job that needs it (shape 2 across pools). Kept private, that wait takes it.
             let admitting = self.current_admits();
             let served = self.halves.any() && !admitting && self.serve_request();
+            // broadcast: the inbox after the own deque, before the injector and stealing.
             let local = if served {
                 self.steal_injected()
             } else {
-                self.deque.pop().or_else(|| self.steal_injected())
+                self.deque
+                    .pop()
+                    .or_else(|| self.take_pinned())
+                    .or_else(|| self.steal_injected())
             };
             // With the index of the worker it was stolen from, if it was.
             let found = local
@@ -950,9 +964,13 @@ impl WorkerThread {
                 // Every busy worker will promote a half at its next join, and that promotion
                 // wakes a sleeper (`promote_oldest`): no private work outlives every awake thief.
                 self.ask_for_work(true);
+                // broadcast: an inbox is to its worker what a latch is to its owner: its pusher
+                // wakes this worker by index (`wake_worker`), so the check under the sleep flag
+                // must see it, with `done`.
+                let done_or_pinned = || done() || self.has_pinned();
                 self.registry
                     .sleep
-                    .sleep(self.index, || self.has_work(), &done);
+                    .sleep(self.index, || self.has_work(), done_or_pinned);
                 pacing.forget();
             }
         }
@@ -976,10 +994,31 @@ impl WorkerThread {
         }
     }
 
-    /// Own deque first (newest), then the injector, then the other workers from a random start.
+    /// broadcast: the oldest job pinned to this worker (see `broadcast`).
+    #[inline]
+    fn take_pinned(&self) -> Option<JobRef> {
+        self.registry.inboxes.take(self.index)
+    }
+
+    /// broadcast: whether this worker's own deque holds a job (a job pinned here waits for it
+    /// to run dry, as in rayon).
+    #[inline]
+    pub fn has_local_work(&self) -> bool {
+        !self.deque.is_empty()
+    }
+
+    /// broadcast: whether a job pinned to this worker waits in its inbox.
+    #[inline]
+    fn has_pinned(&self) -> bool {
+        self.registry.inboxes.has(self.index)
+    }
+
+    /// Own deque first (newest), then the own inbox, then the injector, then the other workers
+    /// from a random start.
     fn find_work(&self) -> Option<JobRef> {
         self.deque
             .pop()
+            .or_else(|| self.take_pinned())
             .or_else(|| self.steal_injected())
             .or_else(|| self.steal_from_others().map(|(job, _)| job))
     }
@@ -1023,6 +1062,7 @@ impl WorkerThread {
 
     fn has_work(&self) -> bool {
         !self.deque.is_empty()
+            || self.has_pinned()
             || !self.registry.injector.is_empty()
             || self.registry.stealers.iter().any(|s| !s.is_empty())
     }
@@ -1070,6 +1110,8 @@ pub fn main_loop(
     on_start(worker.index);
     // SeqCst: pairs with `terminate`'s store (see `Sleep`).
     worker.wait_until(|| worker.registry.terminating.load(Ordering::SeqCst));
+    // broadcast: from here on a job pinned to this worker may run where it lands instead.
+    worker.registry.inboxes.close(worker.index);
     while let Some(job) = worker.find_work() {
         // SAFETY: as in `wait_until`.
         unsafe { job.run() };
