@@ -86,6 +86,10 @@ impl fmt::Debug for BroadcastContext<'_> {
 /// once on each, and returns their results in the order of the threads' indices. See
 /// [`ThreadPool::broadcast`], which this is on that pool.
 ///
+/// **Admission**: one scope spawn per worker, children of the calling job (its token as a loan,
+/// else a pool token, else the call waits); outside any pool, of one root job of the global pool
+/// that waits for a pool token.
+///
 /// ```
 /// let pool = treepool::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
 /// let indices = pool.install(|| treepool::broadcast(|ctx| ctx.index()));
@@ -101,6 +105,9 @@ where
 
 /// Spawns `op` on every thread of the current worker's pool (else of the global pool), once on
 /// each, as detached jobs. See [`ThreadPool::spawn_broadcast`], which this is on that pool.
+///
+/// **Admission**: one detached spawn per worker, each admitted like [`spawn`](crate::spawn)
+/// (children of the calling job, else roots that wait for a pool token), in turn.
 ///
 /// ```
 /// let (tx, rx) = std::sync::mpsc::channel();
@@ -378,8 +385,18 @@ impl Inboxes {
         }
     }
 
-    /// The oldest router in worker `index`'s inbox.
+    /// The oldest router in worker `index`'s inbox. An empty inbox costs two plain loads (the
+    /// steal of an empty injector costs a fence): every wait round looks.
+    #[inline]
     pub fn take(&self, index: usize) -> Option<JobRef> {
+        if !self.has(index) {
+            return None;
+        }
+        self.take_slow(index)
+    }
+
+    #[cold]
+    fn take_slow(&self, index: usize) -> Option<JobRef> {
         loop {
             match self.boxes[index].jobs.steal() {
                 Steal::Success(job) => return Some(job),

@@ -1,7 +1,8 @@
 //! The registry: a pool's shared state, its worker threads, and admission glue.
 //!
 //! This module owns the deques (one crossbeam `Worker` per thread, their `Stealer`s, a global
-//! `Injector`), the worker main loop, the help-while-waiting loop, and the glue that connects the
+//! `Injector`; each worker's broadcast inbox is `broadcast`'s, looked at here right after the own
+//! deque), the worker main loop, the help-while-waiting loop, and the glue that connects the
 //! token table to the scheduler: a job becomes runnable only after [`TokenTable`] admitted it, and
 //! whoever grants a token to a waiting job pushes that job and wakes its spawner (rule 5). It must
 //! never run a job that was not admitted (the one exception is a join half run by its own joiner,

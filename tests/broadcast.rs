@@ -412,3 +412,52 @@ fn broadcast_while_a_scope_saturates_the_pool() {
         }
     });
 }
+
+#[test]
+fn broadcasts_between_two_pools_both_ways() {
+    watchdog(60, || {
+        // rayon's `broadcast_mutual`, and its detached twin, on one token each.
+        let p1 = Arc::new(pool(3, 1));
+        let p2 = Arc::new(pool(7, 1));
+        let count = AtomicUsize::new(0);
+        p1.install(|| {
+            p2.broadcast(|_| {
+                p1.broadcast(|_| count.fetch_add(1, Relaxed));
+            })
+        });
+        assert_eq!(count.into_inner(), 3 * 7);
+        let (tx, rx) = mpsc::channel::<()>();
+        let (q1, q2) = (p1.clone(), p2.clone());
+        p1.spawn(move || {
+            q2.spawn_broadcast(move |_| {
+                let tx = tx.clone();
+                q1.spawn_broadcast(move |_| tx.send(()).unwrap());
+            })
+        });
+        // Every sender dropped: all 21 inner jobs ran.
+        assert_eq!(rx.iter().count(), 3 * 7);
+        for p in [&p1, &p2] {
+            wait_idle(p);
+            assert_idle(&p.stats());
+        }
+    });
+}
+
+#[test]
+fn broadcasts_race_workers_into_sleep() {
+    watchdog(60, || {
+        // rayon's `broadcast_sleep_race`: a spread of short sleeps sends the workers to sleep
+        // at different moments, so a push to a worker's inbox meets it settling into sleep.
+        let p = pool(4, 2);
+        let start = std::time::Instant::now();
+        let mut rounds = 0;
+        while start.elapsed() < std::time::Duration::from_millis(500) {
+            p.broadcast(|ctx| {
+                std::thread::sleep(std::time::Duration::from_micros(ctx.index() as u64 * 50));
+            });
+            rounds += 1;
+        }
+        assert!(rounds > 0);
+        assert_bounded_and_idle(&p, 2);
+    });
+}
