@@ -9,19 +9,25 @@
 //!
 //! # Pinning
 //!
-//! A pinned job is a `HeapJob` admitted through [`HeapJob::admit_pinned`]: every push that its
-//! admission makes (the spawner's own push, the help-first loop's, a granter's in
-//! `start_granted`, the injector from a thread outside the pool) pushes a *router* instead of
-//! the job, a small box with the job and the index of its worker. A router is an admitted job
-//! like any other to the scheduler: whoever takes it runs it; on its own worker with an empty
-//! deque it runs the job, else it moves to that worker's inbox and wakes that worker by index
-//! (`Sleep::wake_worker`). A worker looks at its inbox right after its own deque and before the
-//! injector and stealing, in every wait loop (`wait_until`, hence every admission wait once its
-//! help-first loop has run dry, every `join`, `scope` and call wait) and in the main loop; its
-//! sleep checks the inbox under its sleep flag, as it checks a latch, so no push is missed.
+//! A pinned job is a `HeapJob` spawned on a worker of its pool and admitted through
+//! [`HeapJob::admit_pinned`]: every push that its admission makes (the spawner's own push, the
+//! help-first loop's, a publication's, a granter's in `start_granted`) pushes a *router* instead
+//! of the job, a small box with the job, the index of its worker and a latch of the spawner's.
+//! A router is an admitted job like any other to the scheduler: whoever takes it runs it, and
+//! its run puts the job in its worker's inbox (a FIFO), wakes that worker by index
+//! (`Sleep::wake_worker`) and sets the latch. The spawn ([`admit_pinned`]) returns only once
+//! that latch is set: it runs the router itself when the router is the top of its own deque
+//! (admitted on the spot or in its help-first loop), else it waits, helping, for whoever runs
+//! it (a granter on another thread). So a pinned job is in its inbox when its spawn returns,
+//! and a worker runs the jobs pinned to it in the order of their spawns.
 //!
-//! A worker that stops (its pool was dropped) closes its inbox first: a router that reaches a
-//! closed inbox runs its job where it is, so no job is stranded behind an exited thread (only
+//! A worker looks at its inbox right after its own deque and before the injector and stealing,
+//! in every wait loop (`wait_until`, hence every admission wait once its help-first loop has
+//! run dry, every `join`, `scope` and call wait) and in the main loop; its sleep checks the
+//! inbox under its sleep flag, as it checks a latch, so no push is missed.
+//!
+//! A worker that stops (its pool was dropped) closes its inbox first: a job that reaches a
+//! closed inbox runs where its router ran, so no job is stranded behind an exited thread (only
 //! then does a pinned job run off its worker; its context still names its worker's index).
 
 use std::fmt;
@@ -32,6 +38,7 @@ use crossbeam_deque::{Injector, Steal};
 use crossbeam_utils::CachePadded;
 
 use crate::job::{HeapJob, JobRef};
+use crate::latch::{Latch, WakeTarget};
 use crate::pool::{current_registry, detached_job, install_in, ThreadPool};
 use crate::registry::{Registry, WorkerThread};
 use crate::scope::{scope_in_worker, Scope};
@@ -107,7 +114,9 @@ where
 /// each, as detached jobs. See [`ThreadPool::spawn_broadcast`], which this is on that pool.
 ///
 /// **Admission**: one detached spawn per worker, each admitted like [`spawn`](crate::spawn)
-/// (children of the calling job, else roots that wait for a pool token), in turn.
+/// (children of the calling job, its token as a loan, else a pool token, else the call waits),
+/// in turn; outside any pool, children of one root job of the global pool that waits for a
+/// pool token.
 ///
 /// ```
 /// let (tx, rx) = std::sync::mpsc::channel();
@@ -139,9 +148,18 @@ impl ThreadPool {
     /// outside every pool; a root job on its caller's *credit* from a job of another pool
     /// (which never waits for a token of this pool). With fewer tokens than threads the jobs
     /// run one after another, each on its own worker: with `max_inflight(1)` each takes the
-    /// loan its predecessor returns. Unlike rayon, the jobs of two broadcasts (or of a
-    /// broadcast and a spawn) are not ordered with each other: a job reaches its worker's inbox
-    /// when it is admitted.
+    /// loan its predecessor returns.
+    ///
+    /// **Order.** As in rayon, each thread runs the jobs of successive broadcasts in call
+    /// order: every call of this family ([`ThreadPool::broadcast`],
+    /// [`ThreadPool::spawn_broadcast`], [`Scope::spawn_broadcast`] from a worker of the scope's
+    /// pool) returns only once each of its jobs is in its thread's queue of broadcast jobs (a
+    /// FIFO), so on each thread the job of a call made after another call returned starts after
+    /// that other call's job did.
+    /// In particular, when a `broadcast` made after a `spawn_broadcast` returns, every job of the
+    /// `spawn_broadcast` has started (and finished, unless it waits inside: a `join`, a scope or
+    /// a call, whose wait may run the later job). Broadcasts and plain spawns are not ordered
+    /// with each other, beyond the rule above that a thread's own deque comes first.
     ///
     /// # Panics
     ///
@@ -157,6 +175,10 @@ impl ThreadPool {
     /// let count = AtomicUsize::new(0); // the closure may borrow from the stack
     /// pool.broadcast(|_| count.fetch_add(1, Ordering::Relaxed));
     /// assert_eq!(count.into_inner(), 5);
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// pool.spawn_broadcast(move |ctx| tx.send(ctx.index()).unwrap());
+    /// pool.broadcast(|_| {}); // after the spawned job, on each thread
+    /// assert_eq!(rx.try_iter().count(), 5);
     /// ```
     pub fn broadcast<OP, R>(&self, op: OP) -> Vec<R>
     where
@@ -171,14 +193,18 @@ impl ThreadPool {
     /// pool's panic handler (once per panicking thread), or is printed.
     ///
     /// **Admission.** One detached spawn per worker, job *i* pinned to worker *i*, each admitted
-    /// like [`ThreadPool::spawn`]: a child of the current job (its token as a loan, else a pool
-    /// token, else the call waits and helps) on a worker of this pool, a root that waits for a
-    /// pool token on a thread outside every pool, a root queued without waiting from a job of
-    /// another pool. Unlike rayon, which returns at once, the call returns once every job is
-    /// admitted: with fewer tokens than threads it waits, inside a job, until enough of the
-    /// first jobs have finished (that is the backpressure of `spawn`). Each job runs on its
-    /// thread as for [`ThreadPool::broadcast`]; if the pool is dropped before a job reached its
-    /// worker and that worker has stopped, the job runs on the worker that holds it instead
+    /// like a [`ThreadPool::spawn`] made on a worker of this pool: a child of the current job
+    /// (its token as a loan, else a pool token, else the call waits and helps). The spawns are
+    /// made where `broadcast` makes its own: inline in the current job on a worker of this
+    /// pool; in one root job on a pool token (the thread parks for it) from a thread outside
+    /// every pool; in one root job on the caller's *credit* from a job of another pool (which
+    /// waits for that root, never for a token of this pool). The jobs are that root's detached
+    /// children: they may outlive it. Unlike rayon, which returns at once, the call returns once
+    /// every job is admitted and in its thread's queue: with fewer tokens than threads it waits
+    /// until enough of the first jobs have finished (that is the backpressure of `spawn`). Each
+    /// job runs on its thread as for [`ThreadPool::broadcast`], in call order with the other
+    /// broadcasts (see there); if the pool is dropped before a job reached its worker and that
+    /// worker has stopped, the job runs on the worker that holds it instead
     /// ([`BroadcastContext::index`] still names the one it was meant for).
     ///
     /// ```
@@ -209,6 +235,11 @@ impl<'scope> Scope<'scope> {
     /// inside the scope) it first spawns one ordinary job of the scope
     /// ([`Scope::spawn`]'s rules from there: never waiting), which makes those spawns from a
     /// worker of the pool. A panic in `body` is raised again by the scope, like a spawn's.
+    ///
+    /// **Order.** From a worker of the scope's pool, the call returns once each job is in its
+    /// thread's queue, so its jobs are ordered with the other broadcasts as
+    /// [`ThreadPool::broadcast`] says; from any other thread they are made later, by that one
+    /// spawned job, and ordered with nothing the caller does next.
     ///
     /// ```
     /// use std::sync::atomic::{AtomicUsize, Ordering};
@@ -291,76 +322,105 @@ where
     slots.into_iter().map(ran).collect()
 }
 
-/// `spawn_broadcast` into `registry`, from any thread: one pinned detached spawn per worker.
-fn spawn_broadcast_in<OP>(registry: &Registry, op: OP)
+/// `spawn_broadcast` into `registry`, from any thread: one pinned detached spawn per worker, made
+/// from a worker of `registry` (inline in the current job there, else in a root job, as
+/// `broadcast` does), so that each job is in its inbox when the call returns.
+fn spawn_broadcast_in<OP>(registry: &Arc<Registry>, op: OP)
 where
     OP: Fn(BroadcastContext<'_>) + Send + Sync + 'static,
 {
     let op = Arc::new(op);
-    let here = WorkerThread::current();
-    for index in 0..registry.num_threads() {
-        let op = Arc::clone(&op);
-        let job = detached_job(registry, here, move || {
-            // SAFETY: jobs run only on workers, of the pool they were admitted into.
-            let pool = unsafe { WorkerThread::current_unchecked() }.registry();
-            op(BroadcastContext::new(index, pool))
-        });
-        admit_pinned(job, index, registry, here);
-    }
+    install_in(registry, |worker| {
+        for index in 0..worker.registry().num_threads() {
+            let op = Arc::clone(&op);
+            let job = detached_job(worker.registry(), Some(worker), move || {
+                // SAFETY: jobs run only on workers, of the pool they were admitted into.
+                let pool = unsafe { WorkerThread::current_unchecked() }.registry();
+                op(BroadcastContext::new(index, pool))
+            });
+            admit_pinned(job, index, worker);
+        }
+    });
 }
 
-/// Admits `job` (see [`HeapJob::admit_pinned`]) pinned to worker `target` of `registry`.
+/// Admits `job` (see [`HeapJob::admit_pinned`]), a job of `worker`'s pool spawned on `worker`,
+/// pinned to worker `target`; returns once the job is in `target`'s inbox (or, if `target` has
+/// stopped, has started), so the jobs of successive pinned spawns reach an inbox in spawn order.
+///
+/// Admitted on the spot or in the help-first loop, the router is the top of this worker's own
+/// deque: it is taken back and run here at once, which delivers it. Else (granted by another
+/// thread, which pushed it where that thread runs, or stolen in between) this worker waits,
+/// helping, until whoever runs it has delivered it: a router's run never waits (see
+/// [`Pinned::run`]), and this wait can take it from any queue itself.
 pub(crate) fn admit_pinned<F: FnOnce() + Send>(
     job: Box<HeapJob<F>>,
     target: usize,
-    registry: &Registry,
-    here: Option<&WorkerThread>,
+    worker: &WorkerThread,
 ) {
-    job.admit_pinned(registry, here, |job| Pinned::route(job, target));
+    let arrived = Latch::new(WakeTarget::Worker(worker.index()));
+    let mut router = None;
+    job.admit_pinned(worker.registry(), Some(worker), |job| {
+        let routed = Pinned::route(job, target, &arrived);
+        router = Some(routed);
+        routed
+    });
+    // A job popped is run or pushed back: pushing the top back restores the deque. (Only this
+    // thread pushes to its deque, so a top equal to the router is the router, or, if a thief
+    // ran and freed it meanwhile, another job at its address, which this thread may run as any
+    // wait would.)
+    if let Some(top) = worker.pop() {
+        if Some(top) == router {
+            // SAFETY: an admitted job of this pool taken out of the deque, run once, here.
+            unsafe { top.run() };
+        } else {
+            worker.push(top);
+        }
+    }
+    if !arrived.probe() {
+        worker.wait_until(|| arrived.probe());
+    }
 }
 
-/// A router: an admitted job and the worker that must run it.
+/// A router: an admitted job, the worker that must run it, and the latch its spawner waits on
+/// until the job is in that worker's inbox.
 struct Pinned {
     job: JobRef,
     target: usize,
+    arrived: *const Latch,
 }
 
 impl Pinned {
-    /// The router of `job`, pinned to worker `target`.
-    fn route(job: JobRef, target: usize) -> JobRef {
-        let data = Box::into_raw(Box::new(Pinned { job, target }));
+    /// The router of `job`, pinned to worker `target`; its run sets `arrived`.
+    fn route(job: JobRef, target: usize, arrived: &Latch) -> JobRef {
+        let data = Box::into_raw(Box::new(Pinned {
+            job,
+            target,
+            arrived,
+        }));
         // SAFETY: `run` is sound on any worker of the job's pool while the box lives, and the
-        // box lives until the job runs (in `run`, which takes it back once).
+        // box lives until its one run (which takes it back).
         unsafe { JobRef::new(data as *const (), Pinned::run) }
     }
 
-    /// Runs the job if this is its worker and its own deque is empty (or the worker has
-    /// stopped); else moves the router to that worker's inbox, which the worker looks at once
-    /// its deque is empty. Either way the job runs exactly once: the router is in one queue at
-    /// a time, and only the run that runs the job frees it.
+    /// Delivers the job to its worker's inbox, where that worker takes it once its own deque is
+    /// empty, and sets the spawner's latch. Never waits: the job itself runs here only if its
+    /// worker has stopped, after the latch is set. The router runs once (it is in one queue at
+    /// a time), and its job is in one inbox.
     unsafe fn run(data: *const ()) {
-        let pinned = data as *mut Pinned;
+        // SAFETY: the box came from `Box::into_raw` in `route`; this is its one run.
+        let Pinned {
+            job,
+            target,
+            arrived,
+        } = *unsafe { Box::from_raw(data as *mut Pinned) };
         // SAFETY: jobs run only on worker threads.
-        let worker = unsafe { WorkerThread::current_unchecked() };
-        // SAFETY: the box is alive until the job runs, below.
-        let target = unsafe { (*pinned).target };
-        let inboxes = worker.registry().inboxes();
-        let here = worker.index() == target && !worker.has_local_work();
-        if !here && !inboxes.closed(target) {
-            // SAFETY: the same router, moved on; `run` stays sound wherever it is taken.
-            let router = unsafe { JobRef::new(data, Pinned::run) };
-            inboxes.deliver(target, router, worker.registry());
-            return;
-        }
-        // SAFETY: the box came from `Box::into_raw` in `route`; this is the one run that takes
-        // it back (the router left every queue to get here).
-        let Pinned { job, .. } = *unsafe { Box::from_raw(pinned) };
-        // SAFETY: an admitted job of this pool, run once, here.
-        unsafe { job.run() };
+        let registry = unsafe { WorkerThread::current_unchecked() }.registry();
+        // SAFETY: the spawner waits for the latch in `admit_pinned`, so it is alive until set.
+        unsafe { registry.inboxes().deliver(target, job, registry, arrived) };
     }
 }
 
-/// One inbox per worker: the routers of the jobs pinned to it that reached it elsewhere.
+/// One inbox per worker: the jobs pinned to it that its spawners delivered, oldest first.
 pub struct Inboxes {
     boxes: Box<[CachePadded<Inbox>]>,
 }
@@ -385,7 +445,7 @@ impl Inboxes {
         }
     }
 
-    /// The oldest router in worker `index`'s inbox. An empty inbox costs two plain loads (the
+    /// The oldest job in worker `index`'s inbox. An empty inbox costs two plain loads (the
     /// steal of an empty injector costs a fence): every wait round looks.
     #[inline]
     pub fn take(&self, index: usize) -> Option<JobRef> {
@@ -406,15 +466,15 @@ impl Inboxes {
         }
     }
 
-    /// Whether worker `index`'s inbox holds a router (its loads are SeqCst: the sleeper's read
+    /// Whether worker `index`'s inbox holds a job (its loads are SeqCst: the sleeper's read
     /// of the handshake in `deliver`).
     #[inline]
     pub fn has(&self, index: usize) -> bool {
         !self.boxes[index].jobs.is_empty()
     }
 
-    /// Worker `index` stops looking at its inbox; every router that reaches it from now on
-    /// runs its job where it is.
+    /// Worker `index` stops looking at its inbox; every job that reaches it from now on runs
+    /// where its router ran.
     pub fn close(&self, index: usize) {
         // SeqCst store and fence: the worker's half of the handshake with `deliver` (store,
         // fence, then its last look at the inbox in the drain that follows).
@@ -427,20 +487,32 @@ impl Inboxes {
         self.boxes[index].closed.load(Ordering::SeqCst)
     }
 
-    /// Puts `router` in worker `target`'s inbox and wakes that worker. If the worker has closed
-    /// its inbox, runs what is left there here: after the push and a SeqCst fence either this
-    /// thread sees the inbox closed, or the worker's look after closing it sees the router (and
-    /// both may; the inbox hands each router to one of them).
-    fn deliver(&self, target: usize, router: JobRef, registry: &Registry) {
-        self.boxes[target].jobs.push(router);
+    /// Puts `job` in worker `target`'s inbox, wakes that worker and sets `arrived`. If the
+    /// worker has closed its inbox, runs what is left there here: after the push and a SeqCst
+    /// fence either this thread sees the inbox closed, or the worker's look after closing it
+    /// sees the job (and both may; the inbox hands each job to one of them).
+    ///
+    /// # Safety
+    /// On a worker of `registry`; `job` is an admitted job of `registry`, in no queue;
+    /// `arrived` is valid until set.
+    unsafe fn deliver(
+        &self,
+        target: usize,
+        job: JobRef,
+        registry: &Registry,
+        arrived: *const Latch,
+    ) {
+        self.boxes[target].jobs.push(job);
         crate::chaos::point();
         // Fences (SeqCst) after the push: a sleeping worker sees it under its flag, or is woken.
         registry.sleep().wake_worker(target);
+        // SAFETY: the caller's contract; not touched after this.
+        unsafe { Latch::set(arrived, registry) };
         if self.closed(target) {
-            while let Some(router) = self.take(target) {
-                // SAFETY: an admitted job's router, taken out of the inbox once; it runs its
-                // job here since the inbox is closed.
-                unsafe { router.run() };
+            while let Some(job) = self.take(target) {
+                // SAFETY: an admitted job, taken out of the inbox once, run here since the
+                // inbox is closed (this thread is a worker of its pool).
+                unsafe { job.run() };
             }
         }
     }

@@ -1001,13 +1001,6 @@ impl WorkerThread {
         self.registry.inboxes.take(self.index)
     }
 
-    /// broadcast: whether this worker's own deque holds a job (a job pinned here waits for it
-    /// to run dry, as in rayon).
-    #[inline]
-    pub fn has_local_work(&self) -> bool {
-        !self.deque.is_empty()
-    }
-
     /// broadcast: whether a job pinned to this worker waits in its inbox.
     #[inline]
     fn has_pinned(&self) -> bool {

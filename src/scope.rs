@@ -112,9 +112,7 @@ impl<'scope> Scope<'scope> {
         match (own, pin) {
             // Counted in the scope at admission (see `Registry::admit`).
             (Some(worker), None) => job.admit_in_scope(&self.registry, worker),
-            (Some(_), Some(target)) => {
-                crate::broadcast::admit_pinned(job, target, &self.registry, own)
-            }
+            (Some(worker), Some(target)) => crate::broadcast::admit_pinned(job, target, worker),
             // Another pool's worker, or a thread outside every pool that a job of this scope
             // started and waits for: waiting for a token here could wait for the owner's.
             (None, _) => {

@@ -37,6 +37,27 @@ fn assert_bounded_and_idle(p: &treepool::ThreadPool, cap: usize) {
     assert_idle(&stats);
 }
 
+/// Asserts B1, B2 (peaks, with the credit of the calls that jobs of other pools made into it,
+/// one at least) and B4 on `p`.
+fn assert_bounded_with_calls_in_and_idle(p: &treepool::ThreadPool, cap: usize) {
+    wait_idle(p);
+    let stats = p.stats();
+    assert!(
+        stats.peak_calls_in >= 1,
+        "the calls ran on credit: {stats:?}"
+    );
+    assert!(
+        stats.peak_executing <= cap + stats.peak_calls_in,
+        "{stats:?}"
+    );
+    assert!(
+        stats.peak_inflight <= (cap + stats.peak_calls_in) * stats.peak_depth,
+        "{stats:?}"
+    );
+    assert_idle(&stats);
+    assert_eq!(stats.calls_in, 0, "{stats:?}");
+}
+
 #[test]
 fn broadcast_from_a_plain_thread_reaches_every_thread_exactly_once() {
     watchdog(60, || {
@@ -110,23 +131,8 @@ fn broadcast_from_another_pools_job_runs_on_credit_and_back() {
             assert_eq!(*outer, (i, 3, Some(i)));
             assert_each_once(inner, 2);
         }
-        for (p, cap) in [(&a, 1), (&b, 1)] {
-            wait_idle(p);
-            let stats = p.stats();
-            assert!(
-                stats.peak_calls_in >= 1,
-                "the calls ran on credit: {stats:?}"
-            );
-            assert!(
-                stats.peak_executing <= cap + stats.peak_calls_in,
-                "{stats:?}"
-            );
-            assert!(
-                stats.peak_inflight <= (cap + stats.peak_calls_in) * stats.peak_depth,
-                "{stats:?}"
-            );
-            assert_idle(&stats);
-            assert_eq!(stats.calls_in, 0, "{stats:?}");
+        for p in [&a, &b] {
+            assert_bounded_with_calls_in_and_idle(p, 1);
         }
     });
 }
@@ -205,11 +211,11 @@ fn spawn_broadcast_runs_once_on_every_thread_from_anywhere() {
             let sender = tx.clone();
             p.install(|| treepool::spawn_broadcast(move |ctx| sender.send(seen(ctx)).unwrap()));
             assert_spawned_each_once(&rx, threads);
-            // From a job of another pool (queued, never waiting).
+            // From a job of another pool (one root on its credit, which makes the spawns).
             let sender = tx.clone();
             other.install(|| p.spawn_broadcast(move |ctx| sender.send(seen(ctx)).unwrap()));
             assert_spawned_each_once(&rx, threads);
-            assert_bounded_and_idle(&p, cap);
+            assert_bounded_with_calls_in_and_idle(&p, cap);
             wait_idle(&other);
             assert_idle(&other.stats());
         }
@@ -459,5 +465,72 @@ fn broadcasts_race_workers_into_sleep() {
         }
         assert!(rounds > 0);
         assert_bounded_and_idle(&p, 2);
+    });
+}
+
+/// Makes a call of a test round: runs the round on this thread or inside a job.
+type Caller<'a> = &'a (dyn Fn(&(dyn Fn() + Sync)) + Sync);
+
+/// `SPAWNED` detached broadcasts then one blocking broadcast on `p`, made by `call` (on this
+/// thread, or inside a job): each spawned job sends `(call, index)`. When the blocking broadcast
+/// returns, every spawned job must have run, each thread's in call order; if not, returns the
+/// calls whose jobs each thread ran, in the order it ran them.
+fn round_out_of_order(p: &treepool::ThreadPool, call: Caller<'_>) -> Option<Vec<Vec<usize>>> {
+    const SPAWNED: usize = 3;
+    let n = p.current_num_threads();
+    let (tx, rx) = mpsc::channel();
+    let tx = Mutex::new(tx);
+    call(&|| {
+        for k in 0..SPAWNED {
+            let tx = tx.lock().unwrap().clone();
+            // A job that runs after the round's check has no receiver: it is counted missing.
+            p.spawn_broadcast(move |ctx| {
+                let _ = tx.send((k, ctx.index()));
+            });
+        }
+        p.broadcast(|_| {});
+    });
+    // By thread: the calls whose jobs it ran, in the order it ran them.
+    let mut by_thread = vec![Vec::new(); n];
+    for (k, index) in rx.try_iter() {
+        by_thread[index].push(k);
+    }
+    let in_order = by_thread.iter().all(|ks| ks.iter().copied().eq(0..SPAWNED));
+    (!in_order).then_some(by_thread)
+}
+
+#[test]
+fn broadcast_after_spawn_broadcast_runs_after_them_on_every_thread() {
+    watchdog(240, || {
+        // rayon's `broadcast_after_spawn_broadcast` (and three detached broadcasts in a row):
+        // from a plain thread, from a job of the pool and from a job of another pool; with as
+        // many tokens as threads, fewer, and one.
+        const ROUNDS: usize = 200;
+        let other = pool(2, 1);
+        let mut report = Vec::new();
+        for (threads, cap) in [(4, 4), (4, 2), (3, 1), (2, 8)] {
+            let p = pool(threads, cap);
+            let callers: [(&str, Caller<'_>); 3] = [
+                ("plain thread", &|f| f()),
+                ("job of the pool", &|f| p.install(f)),
+                ("job of another pool", &|f| other.install(f)),
+            ];
+            for (from, call) in callers {
+                let bad: Vec<_> = (0..ROUNDS)
+                    .filter_map(|_| round_out_of_order(&p, call))
+                    .collect();
+                if !bad.is_empty() {
+                    let first = &bad[0];
+                    report.push(format!(
+                        "({threads} threads, {cap} tokens) from a {from}: {} of {ROUNDS} rounds out of order, first {first:?}",
+                        bad.len()
+                    ));
+                }
+            }
+            assert_bounded_with_calls_in_and_idle(&p, cap);
+        }
+        assert!(report.is_empty(), "{report:#?}");
+        wait_idle(&other);
+        assert_idle(&other.stats());
     });
 }
