@@ -42,6 +42,16 @@ impl PartialEq for JobRef {
 unsafe impl Send for JobRef {}
 
 impl JobRef {
+    /// A job made of `data` and the function that runs it (for job shapes outside this module,
+    /// such as the pinned jobs of `broadcast`).
+    ///
+    /// # Safety
+    /// `run(data)` must be sound on a worker of the job's pool while the job is alive.
+    #[inline]
+    pub unsafe fn new(data: *const (), run: unsafe fn(*const ())) -> Self {
+        JobRef { data, run }
+    }
+
     /// Runs the job.
     ///
     /// # Safety
@@ -193,6 +203,32 @@ impl<F: FnOnce() + Send> HeapJob<F> {
         here: Option<&WorkerThread>,
         count_in: *const CountLatch,
     ) {
+        self.admit_routed(registry, here, count_in, |job| job);
+    }
+
+    /// [`HeapJob::admit`] for a job that is made runnable as `route(job)` rather than as itself:
+    /// every push that admission makes (by this thread, by the help-first loop, by a granter)
+    /// pushes the routed job, whose run must run `job` once (see `broadcast`). A job of a scope
+    /// is counted in it at admission, so it must be admitted from a worker of `registry`.
+    pub fn admit_pinned(
+        self: Box<Self>,
+        registry: &Registry,
+        here: Option<&WorkerThread>,
+        route: impl FnOnce(JobRef) -> JobRef,
+    ) {
+        debug_assert!(self.scope.is_null() || registry.own(here).is_some());
+        let scope = self.scope;
+        self.admit_routed(registry, here, scope, route);
+    }
+
+    /// [`HeapJob::admit_counting`], made runnable as `route(job)`.
+    fn admit_routed(
+        self: Box<Self>,
+        registry: &Registry,
+        here: Option<&WorkerThread>,
+        count_in: *const CountLatch,
+        route: impl FnOnce(JobRef) -> JobRef,
+    ) {
         let job = self.into_job_ref();
         // The lender's address is the job's (`repr(C)`, first field), taken from the job's raw
         // pointer rather than from `&self.lender`: it must be valid for the whole job, which
@@ -201,9 +237,9 @@ impl<F: FnOnce() + Send> HeapJob<F> {
         let lender = job.data as *const Lender;
         // SAFETY: the lender lives in the job, which stays put until it runs and is freed only
         // with its last reference, and `admit` does not dereference it once the job is
-        // runnable. `count_in` is null or the job's scope, which outlives it, and on which the
-        // spawning job or body holds a count.
-        unsafe { registry.admit(here, lender, job, count_in) };
+        // runnable (the routed job runs it). `count_in` is null or the job's scope, which
+        // outlives it, and on which the spawning job or body holds a count.
+        unsafe { registry.admit(here, lender, route(job), count_in) };
     }
 
     /// Admits the job now if a token is free (its parent's, else the pool's) and makes it

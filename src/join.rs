@@ -94,20 +94,20 @@ pub struct FnContext {
 
 impl FnContext {
     /// Whether the closure runs on another thread than the one that called `join_context`: `b`
-    /// taken by another worker, or either closure of a call made from outside the pool (it was
-    /// injected into a worker).
+    /// taken by another worker, or either closure of a call whose root job runs on another
+    /// thread (always, for a call from a thread outside every pool: it is injected).
     #[inline]
     pub fn migrated(&self) -> bool {
         self.migrated
     }
 }
 
-/// `join_context` on a worker thread; `injected`: the call came from outside the pool, so
-/// both closures run away from the calling thread.
+/// `join_context` on a worker thread that runs a job. Each closure compares the thread it runs
+/// on with `caller`, the thread that called `join_context` (see [`thread_mark`]).
 #[inline]
 pub fn join_context_in_worker<A, B, RA, RB>(
     worker: &WorkerThread,
-    injected: bool,
+    caller: usize,
     a: A,
     b: B,
 ) -> (RA, RB)
@@ -117,15 +117,19 @@ where
     RA: Send,
     RB: Send,
 {
-    let context = |migrated| FnContext {
-        migrated,
+    let context = move || FnContext {
+        migrated: thread_mark() != caller,
         _not_send: PhantomData,
     };
-    // The joiner's worker state, compared by address with the thread that runs `b`.
-    let joiner = worker as *const WorkerThread as usize;
-    let b = move || {
-        let here = WorkerThread::current().map_or(0, |w| w as *const WorkerThread as usize);
-        b(context(injected || here != joiner))
-    };
-    join_in_worker(worker, || a(context(injected)), b)
+    join_in_worker(worker, || a(context()), || b(context()))
+}
+
+/// A number that tells the calling thread from every other live thread: the address of a
+/// thread-local.
+#[inline]
+pub fn thread_mark() -> usize {
+    std::thread_local! {
+        static MARK: u8 = const { 0 };
+    }
+    MARK.with(|mark| mark as *const u8 as usize)
 }

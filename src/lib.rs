@@ -58,6 +58,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod borrowed;
+mod broadcast;
 mod builder;
 mod chaos;
 mod job;
@@ -74,6 +75,7 @@ mod stats;
 mod sync;
 mod token;
 
+pub use broadcast::{broadcast, spawn_broadcast, BroadcastContext};
 pub use builder::{
     max_num_threads, BuildError, ThreadBuilder, ThreadPoolBuildError, ThreadPoolBuilder,
     DEFAULT_TOKENS_PER_THREAD, NUM_THREADS_ENV,

@@ -12,7 +12,7 @@ use std::sync::{Mutex as StdMutex, OnceLock};
 use crate::borrowed;
 use crate::builder::{BuildError, ThreadPoolBuilder};
 use crate::job::{HeapJob, JobResult, RootJob};
-use crate::join::{join_context_in_worker, join_in_worker, FnContext};
+use crate::join::{join_context_in_worker, join_in_worker, thread_mark, FnContext};
 use crate::registry::{wait_on, Registry, WorkerThread};
 use crate::scope::{scope_in_worker, Scope};
 use crate::stats::Stats;
@@ -46,6 +46,11 @@ impl std::fmt::Debug for ThreadPool {
 impl ThreadPool {
     pub(crate) fn from_registry(registry: Arc<Registry>) -> Self {
         ThreadPool { registry }
+    }
+
+    /// The pool's registry.
+    pub(crate) fn registry(&self) -> &Arc<Registry> {
+        &self.registry
     }
 
     /// Runs `op` in the pool and returns its result; the calling thread waits (a worker of
@@ -277,8 +282,32 @@ where
     job.into_value()
 }
 
+/// [`in_pool`], handing `op` the worker it runs on.
+pub(crate) fn install_in<OP, R>(registry: &Arc<Registry>, op: OP) -> R
+where
+    OP: FnOnce(&WorkerThread) -> R + Send,
+    R: Send,
+{
+    // SAFETY: `in_pool` runs its closure in a job of `registry`, on one of its workers.
+    in_pool(registry, || {
+        op(unsafe { WorkerThread::current_unchecked() })
+    })
+}
+
 /// Spawns a detached job into `registry` from any thread.
 fn spawn_in<F: FnOnce() + Send + 'static>(registry: &Registry, f: F) {
+    let here = WorkerThread::current();
+    detached_job(registry, here, f).admit(registry, here);
+}
+
+/// The job of a detached spawn of `f` into `registry` from the calling thread, whose worker state
+/// (if it is a worker) is `here`: a child of the current job on a worker of `registry`, else a
+/// root. A panic in `f` goes to the pool's panic handler.
+pub(crate) fn detached_job<F: FnOnce() + Send + 'static>(
+    registry: &Registry,
+    here: Option<&WorkerThread>,
+    f: F,
+) -> Box<HeapJob<impl FnOnce() + Send + 'static>> {
     let body = move || {
         if let JobResult::Panic(payload) = JobResult::call(f) {
             // SAFETY: jobs run only on workers, of the pool they were admitted into.
@@ -287,9 +316,8 @@ fn spawn_in<F: FnOnce() + Send + 'static>(registry: &Registry, f: F) {
                 .handle_panic(payload);
         }
     };
-    let here = WorkerThread::current();
     let lender = registry.new_lender_on(registry.own(here));
-    HeapJob::new(lender, body, std::ptr::null()).admit(registry, here);
+    HeapJob::new(lender, body, std::ptr::null())
 }
 
 static GLOBAL: OnceLock<Arc<Registry>> = OnceLock::new();
@@ -314,6 +342,16 @@ pub(crate) fn set_global(registry: Arc<Registry>) -> Result<(), BuildError> {
             borrowed::release(unused.id());
             Err(BuildError::new("the global pool has already been built"))
         }
+    }
+}
+
+/// The pool a free function called on this thread targets: the calling worker's, else the pool
+/// whose worker 0 the thread is ([`use_current_thread`](ThreadPoolBuilder::use_current_thread)),
+/// else the global pool.
+pub(crate) fn current_registry() -> Arc<Registry> {
+    match WorkerThread::current() {
+        Some(worker) => worker.registry().clone(),
+        None => borrowed::registry().unwrap_or_else(|| global_registry().clone()),
     }
 }
 
@@ -359,8 +397,8 @@ where
 /// caller (see [`FnContext::migrated`]). rayon-core's `join_context`, with the same admission
 /// as `join`: `a` runs inline as part of the current job, and `b` too unless a thief takes it,
 /// which admits it first (a loan of the current job's token, else a pool token). Called from
-/// outside any pool, the call runs as a root job of the global pool (both closures then
-/// report `migrated`).
+/// outside any job, the call runs as a root job as `join` does (both closures then report
+/// `migrated` when that root runs on another thread: always, from a plain thread).
 ///
 /// ```
 /// let pool = treepool::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
@@ -376,12 +414,15 @@ where
     RA: Send,
     RB: Send,
 {
+    let caller = thread_mark();
     match WorkerThread::current() {
-        Some(worker) => join_context_in_worker(worker, false, a, b),
-        None => run_root(global_registry(), None, || {
-            // SAFETY: a root job runs on a worker of its pool.
+        Some(worker) if !worker.current_ptr().is_null() => {
+            join_context_in_worker(worker, caller, a, b)
+        }
+        _ => from_outside_jobs(|| {
+            // SAFETY: `from_outside_jobs` runs its closure in a job, on a worker of its pool.
             let worker = unsafe { WorkerThread::current_unchecked() };
-            join_context_in_worker(worker, true, a, b)
+            join_context_in_worker(worker, caller, a, b)
         }),
     }
 }

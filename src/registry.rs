@@ -1,7 +1,8 @@
 //! The registry: a pool's shared state, its worker threads, and admission glue.
 //!
 //! This module owns the deques (one crossbeam `Worker` per thread, their `Stealer`s, a global
-//! `Injector`), the worker main loop, the help-while-waiting loop, and the glue that connects the
+//! `Injector`; each worker's broadcast inbox is `broadcast`'s, looked at here right after the own
+//! deque), the worker main loop, the help-while-waiting loop, and the glue that connects the
 //! token table to the scheduler: a job becomes runnable only after [`TokenTable`] admitted it, and
 //! whoever grants a token to a waiting job pushes that job and wakes its spawner (rule 5). It must
 //! never run a job that was not admitted (the one exception is a join half run by its own joiner,
@@ -16,6 +17,7 @@ use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 
 use std::io::Write;
 
+use crate::broadcast::Inboxes;
 use crate::job::{drop_quietly, JobRef, Ticket};
 use crate::latch::{CountLatch, WakeTarget};
 use crate::lazy::{PrivateHalves, RequestFlag, WorkRequests};
@@ -46,6 +48,8 @@ pub struct Registry {
     counters: Counters,
     terminating: AtomicBool,
     panic_handler: Option<PanicHandler>,
+    /// broadcast: each worker's inbox of pinned jobs (see `broadcast`).
+    inboxes: Inboxes,
 }
 
 /// What a worker thread needs to start, made before any thread runs.
@@ -82,6 +86,7 @@ impl Registry {
             counters: Counters::new(num_threads),
             terminating: AtomicBool::new(false),
             panic_handler,
+            inboxes: Inboxes::new(num_threads),
         });
         let seeds = deques
             .into_iter()
@@ -111,6 +116,12 @@ impl Registry {
     #[inline]
     pub fn sleep(&self) -> &Sleep {
         &self.sleep
+    }
+
+    /// The workers' inboxes of pinned jobs (see `broadcast`).
+    #[inline]
+    pub fn inboxes(&self) -> &Inboxes {
+        &self.inboxes
     }
 
     /// Asks the workers to finish the queued work and exit.
@@ -933,10 +944,14 @@ impl WorkerThread {
             // the job that needs it (shape 2 across pools). Kept private, that wait takes it.
             let admitting = self.current_admits();
             let served = self.halves.any() && !admitting && self.serve_request();
+            // broadcast: the inbox after the own deque, before the injector and stealing.
             let local = if served {
                 self.steal_injected()
             } else {
-                self.deque.pop().or_else(|| self.steal_injected())
+                self.deque
+                    .pop()
+                    .or_else(|| self.take_pinned())
+                    .or_else(|| self.steal_injected())
             };
             // With the index of the worker it was stolen from, if it was.
             let found = local
@@ -973,9 +988,13 @@ impl WorkerThread {
                 // Every busy worker will promote a half at its next join, and that promotion
                 // wakes a sleeper (`promote_oldest`): no private work outlives every awake thief.
                 self.ask_for_work(true);
+                // broadcast: an inbox is to its worker what a latch is to its owner: its pusher
+                // wakes this worker by index (`wake_worker`), so the check under the sleep flag
+                // must see it, with `done`.
+                let done_or_pinned = || done() || self.has_pinned();
                 self.registry
                     .sleep
-                    .sleep(self.index, || self.has_work(), &done);
+                    .sleep(self.index, || self.has_work(), done_or_pinned);
                 pacing.forget();
             }
         }
@@ -999,10 +1018,24 @@ impl WorkerThread {
         }
     }
 
-    /// Own deque first (newest), then the injector, then the other workers from a random start.
+    /// broadcast: the oldest job pinned to this worker (see `broadcast`).
+    #[inline]
+    fn take_pinned(&self) -> Option<JobRef> {
+        self.registry.inboxes.take(self.index)
+    }
+
+    /// broadcast: whether a job pinned to this worker waits in its inbox.
+    #[inline]
+    fn has_pinned(&self) -> bool {
+        self.registry.inboxes.has(self.index)
+    }
+
+    /// Own deque first (newest), then the own inbox, then the injector, then the other workers
+    /// from a random start.
     fn find_work(&self) -> Option<JobRef> {
         self.deque
             .pop()
+            .or_else(|| self.take_pinned())
             .or_else(|| self.steal_injected())
             .or_else(|| self.steal_from_others().map(|(job, _)| job))
     }
@@ -1046,6 +1079,7 @@ impl WorkerThread {
 
     fn has_work(&self) -> bool {
         !self.deque.is_empty()
+            || self.has_pinned()
             || !self.registry.injector.is_empty()
             || self.registry.stealers.iter().any(|s| !s.is_empty())
     }
@@ -1077,6 +1111,8 @@ pub fn main_loop(
     on_start(worker.index);
     // SeqCst: pairs with `terminate`'s store (see `Sleep`).
     worker.wait_until(|| worker.registry.terminating.load(Ordering::SeqCst));
+    // broadcast: from here on a job pinned to this worker may run where it lands instead.
+    worker.registry.inboxes.close(worker.index);
     while let Some(job) = worker.find_work() {
         // SAFETY: as in `wait_until`.
         unsafe { job.run() };

@@ -89,6 +89,16 @@ impl<'scope> Scope<'scope> {
     where
         F: FnOnce(&Scope<'scope>) + Send + 'scope,
     {
+        self.spawn_to(f, None);
+    }
+
+    /// [`Scope::spawn`], its job pinned to worker `pin` if given (see `broadcast`; a pinned
+    /// spawn is made from a worker of the scope's pool only).
+    #[inline]
+    pub(crate) fn spawn_to<F>(&self, f: F, pin: Option<usize>)
+    where
+        F: FnOnce(&Scope<'scope>) + Send + 'scope,
+    {
         let scope = ScopePtr(self, PhantomData);
         let body = move || {
             let scope = scope.get();
@@ -99,18 +109,25 @@ impl<'scope> Scope<'scope> {
         let here = WorkerThread::current();
         let own = self.registry.own(here);
         let job = HeapJob::new(self.registry.new_lender_on(own), body, &self.latch);
-        match own {
+        match (own, pin) {
             // Counted in the scope at admission (see `Registry::admit`).
-            Some(worker) => job.admit_in_scope(&self.registry, worker),
+            (Some(worker), None) => job.admit_in_scope(&self.registry, worker),
+            (Some(worker), Some(target)) => crate::broadcast::admit_pinned(job, target, worker),
             // Another pool's worker, or a thread outside every pool that a job of this scope
             // started and waits for: waiting for a token here could wait for the owner's.
-            _ => {
+            (None, _) => {
+                debug_assert!(pin.is_none(), "a pinned spawn from outside the pool");
                 self.latch.increment();
                 if let Err(job) = job.offer(&self.registry) {
                     self.defer(job);
                 }
             }
         }
+    }
+
+    /// The scope's pool.
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.registry
     }
 
     /// Leaves `job` to the scope's owner (see [`Scope::spawn`]) and wakes it.

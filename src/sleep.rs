@@ -85,6 +85,9 @@ impl Sleep {
         self.sleepers.fetch_add(1, Ordering::SeqCst);
         let seen = self.announcements.load(Ordering::SeqCst);
         if !has_work() && !done() {
+            // The window between the first checks and the flag, where only the checks under the
+            // flag catch what is published (chaos builds widen it).
+            crate::chaos::point();
             let me = &self.workers[index];
             let mut blocked = lock(&me.blocked);
             // SeqCst store and fence: the sleeper's half of the flag handshakes (module doc).

@@ -181,6 +181,7 @@ struct Tally {
     cross_spawns: AtomicUsize,
     detached: AtomicUsize,
     leaf_panics: AtomicUsize,
+    broadcasts: AtomicUsize,
 }
 
 /// Everything a tree's jobs share; detached jobs hold it by `Arc`.
@@ -548,21 +549,49 @@ fn node<'s>(at: At<'s>, scope: Option<&treepool::Scope<'s>>, seed: u64, size: us
             spawn_detached(at, target, rng.next(), sizes[0]);
             node(at, scope, rng.next(), sizes.get(1).copied().unwrap_or(0));
         }
+        (44..=49, _) => {
+            // A broadcast in this pool: one subtree per worker, each run by that worker.
+            cx.tally.broadcasts.fetch_add(1, Ordering::Relaxed);
+            let threads = treepool::current_num_threads();
+            let parts: Vec<(u64, usize)> = split(&mut rng, rest, threads)
+                .into_iter()
+                .map(|size| (rng.next(), size))
+                .collect();
+            treepool::broadcast(|ctx| {
+                let (seed, size) = parts.get(ctx.index()).copied().unwrap_or((0, 0));
+                node(at, None, seed, size)
+            });
+        }
         _ => cross_call(at, &mut rng, rest),
     }
 }
 
-/// A call from this job into another pool: install, scope (optionally with some spawns made
-/// from a worker of yet another pool, reached by a call back out of the scope) or join.
+/// A call from this job into another pool: install, broadcast, scope (optionally with some
+/// spawns made from a worker of yet another pool, reached by a call back out of the scope) or
+/// join.
 fn cross_call(at: At<'_>, rng: &mut Rng, rest: usize) {
     let target = at.other_pool(rng);
     let cx = at.cx;
     let pool = &cx.slots[target].pool;
     match rng.range(0, 99) {
-        0..=39 => {
+        0..=33 => {
             let seed = rng.next();
             call_into(at, target, "install", |inner| {
                 pool.install(|| node(inner, None, seed, rest))
+            });
+        }
+        34..=39 => {
+            // One subtree per worker of the target pool, each run by that worker.
+            let parts: Vec<(u64, usize)> = split(rng, rest, pool.current_num_threads())
+                .into_iter()
+                .map(|size| (rng.next(), size))
+                .collect();
+            cx.tally.broadcasts.fetch_add(1, Ordering::Relaxed);
+            call_into(at, target, "broadcast", |inner| {
+                pool.broadcast(|ctx| {
+                    let (seed, size) = parts.get(ctx.index()).copied().unwrap_or((0, 0));
+                    node(inner, None, seed, size)
+                })
             });
         }
         40..=74 => {
@@ -707,7 +736,7 @@ struct Progress {
 struct Summary {
     trees: u64,
     configs: u64,
-    tally: [usize; 5],
+    tally: [usize; 6],
 }
 
 /// Runs `trees` trees from `base`, each `repeat` times, reporting each one to `progress` first.
@@ -715,7 +744,7 @@ fn run_all(base: u64, trees: u64, repeat: u64, progress: mpsc::Sender<Progress>)
     let mut summary = Summary {
         trees: 0,
         configs: 0,
-        tally: [0; 5],
+        tally: [0; 6],
     };
     let mut config_seed = base & !TREE_MASK;
     let mut first = base & TREE_MASK;
@@ -746,6 +775,7 @@ fn run_all(base: u64, trees: u64, repeat: u64, progress: mpsc::Sender<Progress>)
             &t.cross_spawns,
             &t.detached,
             &t.leaf_panics,
+            &t.broadcasts,
         ]) {
             *sum += count.load(Ordering::SeqCst);
         }
@@ -802,11 +832,11 @@ fn random_trees_across_pools_never_hang_and_keep_each_pools_bounds() {
     }
     match runner.join() {
         Ok(summary) => {
-            let [nodes, calls, spawns, detached, panics] = summary.tally;
+            let [nodes, calls, spawns, detached, panics, broadcasts] = summary.tally;
             println!(
                 "cross_pool: {} trees x {repeat} on {} pool sets from seed {base:#x} in {:.1} s: \
                  {nodes} nodes, {calls} calls across pools, {spawns} spawns across pools, \
-                 {detached} detached jobs, {panics} leaf panics",
+                 {detached} detached jobs, {panics} leaf panics, {broadcasts} broadcasts",
                 summary.trees,
                 summary.configs,
                 start.elapsed().as_secs_f64()
