@@ -42,6 +42,15 @@ impl PartialEq for JobRef {
 unsafe impl Send for JobRef {}
 
 impl JobRef {
+    /// A job that `run` runs with `data`.
+    ///
+    /// # Safety
+    /// `run(data)` must be sound on a worker of the pool the ref is pushed in, once, for as long
+    /// as the ref may sit in a queue.
+    pub unsafe fn new(data: *const (), run: unsafe fn(*const ())) -> Self {
+        JobRef { data, run }
+    }
+
     /// Runs the job.
     ///
     /// # Safety
@@ -175,7 +184,7 @@ impl<F: FnOnce() + Send> HeapJob<F> {
     /// the calling thread, whose worker state (if it is a worker) is `here`. A job of a scope
     /// must have been counted in the scope already.
     pub fn admit(self: Box<Self>, registry: &Registry, here: Option<&WorkerThread>) {
-        self.admit_counting(registry, here, std::ptr::null());
+        self.admit_counting(registry, here, std::ptr::null(), |job| job);
     }
 
     /// [`HeapJob::admit`] for a job of a scope spawned on `worker`, a worker of `registry`: the
@@ -183,15 +192,36 @@ impl<F: FnOnce() + Send> HeapJob<F> {
     /// count.
     pub fn admit_in_scope(self: Box<Self>, registry: &Registry, worker: &WorkerThread) {
         let scope = self.scope;
-        self.admit_counting(registry, Some(worker), scope);
+        self.admit_counting(registry, Some(worker), scope, |job| job);
     }
 
-    /// [`HeapJob::admit`], counting the job in `count_in` unless null.
+    /// [`HeapJob::admit`] (`in_scope`: [`HeapJob::admit_in_scope`]) where what the admission
+    /// makes runnable is `via(job)` instead of the job itself: `via` parks the job's ref where
+    /// the ref it returns (an indirection) will run it from. `via` is called before the
+    /// admission starts, so the job may run from there only once some ref `via` returned runs.
+    pub fn admit_via(
+        self: Box<Self>,
+        registry: &Registry,
+        here: Option<&WorkerThread>,
+        in_scope: bool,
+        via: impl FnOnce(JobRef) -> JobRef,
+    ) {
+        let scope = if in_scope {
+            self.scope
+        } else {
+            std::ptr::null()
+        };
+        self.admit_counting(registry, here, scope, via);
+    }
+
+    /// [`HeapJob::admit`], counting the job in `count_in` unless null, making `via(job)`
+    /// runnable.
     fn admit_counting(
         self: Box<Self>,
         registry: &Registry,
         here: Option<&WorkerThread>,
         count_in: *const CountLatch,
+        via: impl FnOnce(JobRef) -> JobRef,
     ) {
         let job = self.into_job_ref();
         // The lender's address is the job's (`repr(C)`, first field), taken from the job's raw
@@ -199,9 +229,11 @@ impl<F: FnOnce() + Send> HeapJob<F> {
         // `free` releases through it, and it must not be a borrow of the box, which
         // `into_job_ref` gives up.
         let lender = job.data as *const Lender;
+        let job = via(job);
         // SAFETY: the lender lives in the job, which stays put until it runs and is freed only
         // with its last reference, and `admit` does not dereference it once the job is
-        // runnable. `count_in` is null or the job's scope, which outlives it, and on which the
+        // runnable (through `via`'s ref: `via` runs it from there only after that ref is
+        // runnable, see `fifo`). `count_in` is null or the job's scope, which outlives it, and on which the
         // spawning job or body holds a count.
         unsafe { registry.admit(here, lender, job, count_in) };
     }
@@ -263,18 +295,26 @@ unsafe impl<F: Send> Send for HeapJob<F> {}
 /// once: the scope's owner admits it as a child of its own job, at the latest when it waits for
 /// the scope's end (see `Scope::spawn`).
 pub trait Deferred: Send {
-    /// Admits the job as a child of the calling thread's current job, waiting (and helping)
-    /// for a token as any spawn does. Called by the scope's owner, a worker of `registry`.
-    fn admit_as_child(self: Box<Self>, registry: &Registry);
+    /// Admits the job as a child of `parent` if not null (the credit root of an in-place scope
+    /// owned by another pool's worker), else of the calling thread's current job, waiting (and
+    /// helping) for a token as any spawn does. Called by the scope's owner.
+    ///
+    /// # Safety
+    /// `parent` is null or a live lender of a job of `registry`.
+    unsafe fn admit_as_child(self: Box<Self>, registry: &Registry, parent: *const Lender);
 }
 
 impl<F: FnOnce() + Send> Deferred for HeapJob<F> {
-    fn admit_as_child(mut self: Box<Self>, registry: &Registry) {
+    unsafe fn admit_as_child(mut self: Box<Self>, registry: &Registry, parent: *const Lender) {
         // The lender made on the other pool's worker was a root and was never shared.
         let here = WorkerThread::current();
-        self.lender = registry
-            .new_lender_on(registry.own(here))
-            .embedded(Self::free);
+        let lender = if parent.is_null() {
+            registry.new_lender_on(registry.own(here))
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { registry.new_child(parent) }
+        };
+        self.lender = lender.embedded(Self::free);
         // Counted in the scope when it was spawned.
         self.admit(registry, here);
     }

@@ -59,6 +59,7 @@
 
 mod builder;
 mod chaos;
+mod fifo;
 mod job;
 mod join;
 mod latch;
@@ -67,6 +68,7 @@ mod pacing;
 mod pool;
 mod registry;
 mod scope;
+mod scope_fifo;
 mod sleep;
 mod stack;
 mod stats;
@@ -76,6 +78,7 @@ mod token;
 pub use builder::{BuildError, ThreadPoolBuilder, DEFAULT_TOKENS_PER_THREAD, NUM_THREADS_ENV};
 pub use pool::{current_num_threads, current_thread_index, join, scope, spawn, ThreadPool};
 pub use scope::Scope;
+pub use scope_fifo::{in_place_scope, in_place_scope_fifo, scope_fifo, spawn_fifo, ScopeFifo};
 pub use stats::Stats;
 
 /// The README's examples, compiled and run as doc tests.

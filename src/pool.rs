@@ -45,6 +45,11 @@ impl ThreadPool {
         ThreadPool { registry }
     }
 
+    /// The pool's registry, for the entry points defined in other modules.
+    pub(crate) fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
     /// Runs `op` in the pool and returns its result; the calling thread waits (a worker of
     /// another pool runs that pool's jobs meanwhile). On a worker of this pool, `op` runs inline
     /// in the current job. A panic in `op` is raised again here.
@@ -143,7 +148,7 @@ impl Drop for ThreadPool {
 /// caller may hold a token of its own pool, and waiting here for a second one while holding it
 /// is what deadlocks pools that call each other. The caller's worker runs its own pool's jobs
 /// while it waits.
-fn run_root<OP, R>(registry: &Arc<Registry>, here: Option<&WorkerThread>, op: OP) -> R
+pub(crate) fn run_root<OP, R>(registry: &Arc<Registry>, here: Option<&WorkerThread>, op: OP) -> R
 where
     OP: FnOnce() -> R + Send,
     R: Send,
@@ -166,6 +171,17 @@ where
 
 /// Spawns a detached job into `registry` from any thread.
 fn spawn_in<F: FnOnce() + Send + 'static>(registry: &Registry, f: F) {
+    let here = WorkerThread::current();
+    detached_job(registry, here, f).admit(registry, here);
+}
+
+/// The detached job that runs `f` in `registry`, spawned by the calling thread (`here`): a child
+/// of its current job if it is a worker of `registry`, else a root.
+pub(crate) fn detached_job<F: FnOnce() + Send + 'static>(
+    registry: &Registry,
+    here: Option<&WorkerThread>,
+    f: F,
+) -> Box<HeapJob<impl FnOnce() + Send>> {
     let body = move || {
         if let JobResult::Panic(payload) = JobResult::call(f) {
             // SAFETY: jobs run only on workers, of the pool they were admitted into.
@@ -174,16 +190,15 @@ fn spawn_in<F: FnOnce() + Send + 'static>(registry: &Registry, f: F) {
                 .handle_panic(payload);
         }
     };
-    let here = WorkerThread::current();
     let lender = registry.new_lender_on(registry.own(here));
-    HeapJob::new(lender, body, std::ptr::null()).admit(registry, here);
+    HeapJob::new(lender, body, std::ptr::null())
 }
 
 static GLOBAL: OnceLock<Arc<Registry>> = OnceLock::new();
 static GLOBAL_INIT: StdMutex<()> = StdMutex::new(());
 
 /// The global pool, built with the defaults on first use.
-fn global_registry() -> &'static Arc<Registry> {
+pub(crate) fn global_registry() -> &'static Arc<Registry> {
     GLOBAL.get_or_init(|| {
         ThreadPoolBuilder::new()
             .build_registry_for_global()
@@ -204,7 +219,7 @@ pub(crate) fn set_global(registry: Arc<Registry>) -> Result<(), BuildError> {
 }
 
 /// The pool of the calling worker, else the global pool.
-fn current_registry() -> &'static Registry {
+pub(crate) fn current_registry() -> &'static Registry {
     match WorkerThread::current() {
         Some(worker) => worker.registry(),
         None => global_registry(),
