@@ -207,7 +207,9 @@ impl Registry {
     /// thread outside every pool parks; a worker of *another* pool does not wait at all (it
     /// may hold a token of its own pool, and waiting for a second one while holding it could
     /// deadlock): the job is queued, and whoever frees a token makes it runnable. Returns once
-    /// the job is admitted, or queued.
+    /// the job is admitted, or queued. (One exception: a child of an in-place scope's credit
+    /// root, spawned by the scope's owner on another pool's worker, waits for that root's loan
+    /// or a pool token, running the owner's pool's jobs meanwhile; design §4.10.)
     ///
     /// A worker counts the job in `scope` at the last moment: after its admission, or just
     /// before it registers as a waiter (its granter may make it runnable). In the help-first

@@ -64,11 +64,12 @@ impl<'scope> ScopeFifo<'scope> {
     /// else the call waits, running other jobs, until `f` is admitted (backpressure). Once
     /// admitted, `f` waits in the calling worker's lane of this scope, and each job the worker's
     /// deque hands out for this lane runs the lane's oldest: so the fifo spawns of one thread
-    /// run in spawn order relative to each other, as in rayon (on one thread, strictly; other
-    /// threads may steal in between). Unlike rayon: a fifo spawn made by a job that runs
-    /// *inside* another fifo spawn's admission wait on the same thread goes to a lane of its own
-    /// (the waiting spawn's lane may take nothing before that spawn is admitted), so spawns of
-    /// the same scope from one thread keep their order within each nesting of such waits.
+    /// run in spawn order relative to each other, as in rayon (on a one-thread pool strictly;
+    /// other threads may steal in between). Where it differs from rayon: each spawning job has
+    /// a lane of its own (rayon shares one FIFO per thread), so that its spawns keep their order
+    /// even when an admission wait runs older jobs in between; two jobs that alternate fifo
+    /// spawns on one thread (only possible through helping) interleave by the deque. A spawn
+    /// made inside another fifo spawn's admission wait never queues behind that waiting job.
     ///
     /// From a thread that is not a worker of the scope's pool the call is [`Scope::spawn`]'s
     /// (never waits, or, for the owner of an in-place scope, see [`in_place_scope`]), and no
@@ -199,9 +200,9 @@ where
 /// **Admission rule**: as [`spawn`](crate::spawn): a child of the current job (its token as a
 /// loan, else a pool token), returning once admitted (waiting, and helping, meanwhile); outside
 /// the pool a root that waits for a pool token. From a worker, the admitted job waits in that
-/// worker's lane for detached fifo jobs: fifo spawns of one thread run in spawn order (on one
-/// thread strictly, within each nesting of admission waits: see [`ScopeFifo::spawn_fifo`]).
-/// From another thread no order is promised.
+/// worker's lanes for detached fifo jobs: the fifo spawns of one job run in spawn order (see
+/// [`ScopeFifo::spawn_fifo`] for how that differs from rayon's per-thread FIFO). From a thread
+/// that is not a worker of the pool no order is promised.
 ///
 /// ```
 /// let (tx, rx) = std::sync::mpsc::channel();
