@@ -611,3 +611,55 @@ fn wide_fifo_fan_out_keeps_the_bounds() {
         }
     });
 }
+
+#[test]
+fn spawns_left_to_an_in_place_owner_on_another_pools_worker() {
+    watchdog(60, || {
+        let a = pool(1, 1);
+        let b = pool(2, 1);
+        let ran = AtomicUsize::new(0);
+        let spawned = AtomicUsize::new(0);
+        a.install(|| {
+            b.in_place_scope(|s| {
+                // Two jobs hold the credit root's loan and b's only pool token until the helper
+                // threads are done, so every helper spawn is left to the owner (this worker of
+                // a), which admits them as children of its credit root at the scope's end.
+                let spawned = &spawned;
+                for _ in 0..2 {
+                    s.spawn(move |_| common::spin_until(|| spawned.load(Acquire) == 3));
+                }
+                thread::scope(|t| {
+                    for _ in 0..3 {
+                        t.spawn(|| {
+                            for _ in 0..20 {
+                                s.spawn(|_| {
+                                    ran.fetch_add(1, Relaxed);
+                                });
+                            }
+                            spawned.fetch_add(1, Release);
+                        });
+                    }
+                });
+            });
+        });
+        assert_eq!(ran.load(Relaxed), 60);
+        // The 60 left to the owner were admitted as children of its credit root (on its loan,
+        // or a pool token); each one after the other.
+        let stats = b.stats();
+        assert_eq!(stats.admitted_on_credit, 1, "{stats:?}");
+        assert_eq!(stats.admitted_on_loan + stats.admitted_from_pool, 62, "{stats:?}");
+        for p in [&a, &b] {
+            wait_idle(p);
+            let stats = p.stats();
+            assert_peak_bounds_with_calls(&stats, 1);
+            assert_idle(&stats);
+        }
+    });
+}
+
+#[test]
+fn scope_fifo_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<treepool::ScopeFifo<'static>>();
+    check::<treepool::Scope<'static>>();
+}
