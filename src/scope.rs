@@ -72,6 +72,12 @@ impl<'scope> Scope<'scope> {
     /// owner may hold the only one while it waits for the caller.) Such spawns are not
     /// backpressured.
     ///
+    /// The owner of an in-place scope ([`in_place_scope`](crate::in_place_scope)) that is no
+    /// worker of the scope's pool is the one exception: it holds none of this pool's tokens, so
+    /// its spawns wait for admission. From a plain thread `f` is a root that waits (parks) for
+    /// a pool token; from another pool's worker `f` is a child of the scope's credit root (its
+    /// loan, else a pool token), and the worker runs its own pool's jobs while it waits.
+    ///
     /// A panic in `f` is raised again by the scope call once every job has finished.
     ///
     /// ```
