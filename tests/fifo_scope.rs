@@ -647,7 +647,11 @@ fn spawns_left_to_an_in_place_owner_on_another_pools_worker() {
         // or a pool token); each one after the other.
         let stats = b.stats();
         assert_eq!(stats.admitted_on_credit, 1, "{stats:?}");
-        assert_eq!(stats.admitted_on_loan + stats.admitted_from_pool, 62, "{stats:?}");
+        assert_eq!(
+            stats.admitted_on_loan + stats.admitted_from_pool,
+            62,
+            "{stats:?}"
+        );
         for p in [&a, &b] {
             wait_idle(p);
             let stats = p.stats();
