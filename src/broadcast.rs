@@ -10,7 +10,7 @@
 //! # Pinning
 //!
 //! A pinned job is a `HeapJob` spawned on a worker of its pool and admitted through
-//! [`HeapJob::admit_pinned`]: every push that its admission makes (the spawner's own push, the
+//! [`HeapJob::admit_via`]: every push that its admission makes (the spawner's own push, the
 //! help-first loop's, a publication's, a granter's in `start_granted`) pushes a *router* instead
 //! of the job, a small box with the job, the index of its worker and a latch of the spawner's.
 //! A router is an admitted job like any other to the scheduler: whoever takes it runs it, and
@@ -41,7 +41,8 @@ use crate::job::{HeapJob, JobRef};
 use crate::latch::{Latch, WakeTarget};
 use crate::pool::{current_registry, detached_job, install_in, ThreadPool};
 use crate::registry::{Registry, WorkerThread};
-use crate::scope::{scope_in_worker, Scope};
+use crate::scope::{scope_in_worker, Order, Scope, ScopeHandle};
+use crate::scope_fifo::ScopeFifo;
 use crate::sync::{fence, AtomicBool, Ordering};
 
 /// Provides context to a closure called by a broadcast: which worker runs it, and how many do.
@@ -258,28 +259,54 @@ impl<'scope> Scope<'scope> {
     }
 }
 
-/// A scope type whose spawns a broadcast can pin: what [`spawn_broadcast_in_scope`] needs of it.
-/// (`Scope` is one; a fifo scope gets its `spawn_broadcast` by implementing this.)
-pub(crate) trait PinningScope<'scope>: Sync + Sized {
-    /// The scope's pool.
-    fn pool(&self) -> &Registry;
+/// A scope type whose spawns a broadcast can pin: what [`spawn_broadcast_in_scope`] needs of it
+/// (`Scope` and `ScopeFifo`).
+pub(crate) trait PinningScope<'scope>: ScopeHandle<'scope> + Sized + 'scope {
     /// An ordinary spawn of the scope, from any thread.
     fn spawn_plain<F: FnOnce(&Self) + Send + 'scope>(&self, f: F);
+
     /// A spawn of the scope pinned to worker `target`, from a worker of the scope's pool.
-    fn spawn_pinned<F: FnOnce(&Self) + Send + 'scope>(&self, f: F, target: usize);
+    fn spawn_pinned<F: FnOnce(&Self) + Send + 'scope>(&self, f: F, target: usize) {
+        self.base().spawn_job(self, f, Order::Pinned(target));
+    }
 }
 
 impl<'scope> PinningScope<'scope> for Scope<'scope> {
-    fn pool(&self) -> &Registry {
-        self.registry()
-    }
-
     fn spawn_plain<F: FnOnce(&Self) + Send + 'scope>(&self, f: F) {
         self.spawn(f);
     }
+}
 
-    fn spawn_pinned<F: FnOnce(&Self) + Send + 'scope>(&self, f: F, target: usize) {
-        self.spawn_to(f, Some(target));
+impl<'scope> PinningScope<'scope> for ScopeFifo<'scope> {
+    fn spawn_plain<F: FnOnce(&Self) + Send + 'scope>(&self, f: F) {
+        self.spawn_fifo(f);
+    }
+}
+
+impl<'scope> ScopeFifo<'scope> {
+    /// [`Scope::spawn_broadcast`] in a fifo scope: `body` runs once on each thread of the pool
+    /// before the scope ends, and receives the scope and a [`BroadcastContext`].
+    ///
+    /// **Admission.** As [`Scope::spawn_broadcast`]: from a worker of the scope's pool, one spawn
+    /// of the scope per worker, job *i* pinned to worker *i*, each admitted like any spawn (the
+    /// calling job's token as a loan, else a pool token, else the call waits and helps); from
+    /// any other thread one [`ScopeFifo::spawn_fifo`] whose job makes them. A pinned job goes
+    /// to its worker's inbox, not to a fifo lane: each inbox is first in, first out already.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// let pool = treepool::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    /// let hits = AtomicUsize::new(0);
+    /// pool.scope_fifo(|s| s.spawn_broadcast(|_, _| {
+    ///     hits.fetch_add(1, Ordering::Relaxed);
+    /// }));
+    /// assert_eq!(hits.into_inner(), 2);
+    /// ```
+    pub fn spawn_broadcast<BODY>(&self, body: BODY)
+    where
+        BODY: Fn(&ScopeFifo<'scope>, BroadcastContext<'_>) + Send + Sync + 'scope,
+    {
+        spawn_broadcast_in_scope(self, Arc::new(body));
     }
 }
 
@@ -290,7 +317,7 @@ where
     S: PinningScope<'scope>,
     BODY: Fn(&S, BroadcastContext<'_>) + Send + Sync + 'scope,
 {
-    let registry = scope.pool();
+    let registry = scope.base().registry();
     if registry.own(WorkerThread::current()).is_none() {
         scope.spawn_plain(move |s| spawn_broadcast_in_scope(s, body));
         return;
@@ -298,7 +325,7 @@ where
     for index in 0..registry.num_threads() {
         let body = Arc::clone(&body);
         scope.spawn_pinned(
-            move |s| body(s, BroadcastContext::new(index, s.pool())),
+            move |s| body(s, BroadcastContext::new(index, s.base().registry())),
             index,
         );
     }
@@ -314,8 +341,9 @@ where
     let mut slots: Vec<Option<R>> = (0..worker.registry().num_threads()).map(|_| None).collect();
     scope_in_worker(worker, |s| {
         for (index, slot) in slots.iter_mut().enumerate() {
-            let run = move |s: &Scope<'_>| *slot = Some(op(BroadcastContext::new(index, s.pool())));
-            s.spawn_to(run, Some(index));
+            let run =
+                move |s: &Scope<'_>| *slot = Some(op(BroadcastContext::new(index, s.registry())));
+            s.spawn_job(s, run, Order::Pinned(index));
         }
     });
     let ran = |slot: Option<R>| slot.expect("every worker ran its broadcast job");
@@ -343,7 +371,7 @@ where
     });
 }
 
-/// Admits `job` (see [`HeapJob::admit_pinned`]), a job of `worker`'s pool spawned on `worker`,
+/// Admits `job` (see [`HeapJob::admit_via`]), a job of `worker`'s pool spawned on `worker`,
 /// pinned to worker `target`; returns once the job is in `target`'s inbox (or, if `target` has
 /// stopped, has started), so the jobs of successive pinned spawns reach an inbox in spawn order.
 ///
@@ -359,7 +387,7 @@ pub(crate) fn admit_pinned<F: FnOnce() + Send>(
 ) {
     let arrived = Latch::new(WakeTarget::Worker(worker.index()));
     let mut router = None;
-    job.admit_pinned(worker.registry(), Some(worker), |job| {
+    job.admit_via(worker.registry(), Some(worker), true, |job| {
         let routed = Pinned::route(job, target, &arrived);
         router = Some(routed);
         routed

@@ -42,11 +42,12 @@ impl PartialEq for JobRef {
 unsafe impl Send for JobRef {}
 
 impl JobRef {
-    /// A job made of `data` and the function that runs it (for job shapes outside this module,
-    /// such as the pinned jobs of `broadcast`).
+    /// A job that `run` runs with `data` (for job shapes outside this module: the fifo
+    /// indirections of `fifo`, the routers of `broadcast`).
     ///
     /// # Safety
-    /// `run(data)` must be sound on a worker of the job's pool while the job is alive.
+    /// `run(data)` must be sound on a worker of the pool the ref is pushed in, once, for as long
+    /// as the ref may sit in a queue.
     #[inline]
     pub unsafe fn new(data: *const (), run: unsafe fn(*const ())) -> Self {
         JobRef { data, run }
@@ -185,7 +186,7 @@ impl<F: FnOnce() + Send> HeapJob<F> {
     /// the calling thread, whose worker state (if it is a worker) is `here`. A job of a scope
     /// must have been counted in the scope already.
     pub fn admit(self: Box<Self>, registry: &Registry, here: Option<&WorkerThread>) {
-        self.admit_counting(registry, here, std::ptr::null());
+        self.admit_counting(registry, here, std::ptr::null(), |job| job);
     }
 
     /// [`HeapJob::admit`] for a job of a scope spawned on `worker`, a worker of `registry`: the
@@ -193,41 +194,36 @@ impl<F: FnOnce() + Send> HeapJob<F> {
     /// count.
     pub fn admit_in_scope(self: Box<Self>, registry: &Registry, worker: &WorkerThread) {
         let scope = self.scope;
-        self.admit_counting(registry, Some(worker), scope);
+        self.admit_counting(registry, Some(worker), scope, |job| job);
     }
 
-    /// [`HeapJob::admit`], counting the job in `count_in` unless null.
+    /// [`HeapJob::admit`] (`in_scope`: [`HeapJob::admit_in_scope`]) where what the admission
+    /// makes runnable is `via(job)` instead of the job itself: `via` parks the job's ref where
+    /// the ref it returns (an indirection) will run it from. `via` is called before the
+    /// admission starts, so the job may run from there only once some ref `via` returned runs.
+    pub fn admit_via(
+        self: Box<Self>,
+        registry: &Registry,
+        here: Option<&WorkerThread>,
+        in_scope: bool,
+        via: impl FnOnce(JobRef) -> JobRef,
+    ) {
+        let scope = if in_scope {
+            self.scope
+        } else {
+            std::ptr::null()
+        };
+        self.admit_counting(registry, here, scope, via);
+    }
+
+    /// [`HeapJob::admit`], counting the job in `count_in` unless null, making `via(job)`
+    /// runnable.
     fn admit_counting(
         self: Box<Self>,
         registry: &Registry,
         here: Option<&WorkerThread>,
         count_in: *const CountLatch,
-    ) {
-        self.admit_routed(registry, here, count_in, |job| job);
-    }
-
-    /// [`HeapJob::admit`] for a job that is made runnable as `route(job)` rather than as itself:
-    /// every push that admission makes (by this thread, by the help-first loop, by a granter)
-    /// pushes the routed job, whose run must run `job` once (see `broadcast`). A job of a scope
-    /// is counted in it at admission, so it must be admitted from a worker of `registry`.
-    pub fn admit_pinned(
-        self: Box<Self>,
-        registry: &Registry,
-        here: Option<&WorkerThread>,
-        route: impl FnOnce(JobRef) -> JobRef,
-    ) {
-        debug_assert!(self.scope.is_null() || registry.own(here).is_some());
-        let scope = self.scope;
-        self.admit_routed(registry, here, scope, route);
-    }
-
-    /// [`HeapJob::admit_counting`], made runnable as `route(job)`.
-    fn admit_routed(
-        self: Box<Self>,
-        registry: &Registry,
-        here: Option<&WorkerThread>,
-        count_in: *const CountLatch,
-        route: impl FnOnce(JobRef) -> JobRef,
+        via: impl FnOnce(JobRef) -> JobRef,
     ) {
         let job = self.into_job_ref();
         // The lender's address is the job's (`repr(C)`, first field), taken from the job's raw
@@ -235,11 +231,13 @@ impl<F: FnOnce() + Send> HeapJob<F> {
         // `free` releases through it, and it must not be a borrow of the box, which
         // `into_job_ref` gives up.
         let lender = job.data as *const Lender;
+        let job = via(job);
         // SAFETY: the lender lives in the job, which stays put until it runs and is freed only
         // with its last reference, and `admit` does not dereference it once the job is
-        // runnable (the routed job runs it). `count_in` is null or the job's scope, which
-        // outlives it, and on which the spawning job or body holds a count.
-        unsafe { registry.admit(here, lender, route(job), count_in) };
+        // runnable (through `via`'s ref, which runs it only once that ref runs: see `fifo` and
+        // `broadcast`). `count_in` is null or the job's scope, which outlives it, and on which
+        // the spawning job or body holds a count.
+        unsafe { registry.admit(here, lender, job, count_in) };
     }
 
     /// Admits the job now if a token is free (its parent's, else the pool's) and makes it
@@ -299,18 +297,26 @@ unsafe impl<F: Send> Send for HeapJob<F> {}
 /// once: the scope's owner admits it as a child of its own job, at the latest when it waits for
 /// the scope's end (see `Scope::spawn`).
 pub trait Deferred: Send {
-    /// Admits the job as a child of the calling thread's current job, waiting (and helping)
-    /// for a token as any spawn does. Called by the scope's owner, a worker of `registry`.
-    fn admit_as_child(self: Box<Self>, registry: &Registry);
+    /// Admits the job as a child of `parent` if not null (the credit root of an in-place scope
+    /// owned by another pool's worker), else of the calling thread's current job, waiting (and
+    /// helping) for a token as any spawn does. Called by the scope's owner.
+    ///
+    /// # Safety
+    /// `parent` is null or a live lender of a job of `registry`.
+    unsafe fn admit_as_child(self: Box<Self>, registry: &Registry, parent: *const Lender);
 }
 
 impl<F: FnOnce() + Send> Deferred for HeapJob<F> {
-    fn admit_as_child(mut self: Box<Self>, registry: &Registry) {
+    unsafe fn admit_as_child(mut self: Box<Self>, registry: &Registry, parent: *const Lender) {
         // The lender made on the other pool's worker was a root and was never shared.
         let here = WorkerThread::current();
-        self.lender = registry
-            .new_lender_on(registry.own(here))
-            .embedded(Self::free);
+        let lender = if parent.is_null() {
+            registry.new_lender_on(registry.own(here))
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { registry.new_child(parent) }
+        };
+        self.lender = lender.embedded(Self::free);
         // Counted in the scope when it was spawned.
         self.admit(registry, here);
     }

@@ -32,6 +32,18 @@ impl WakeTarget {
             WakeTarget::Thread(thread) => thread.unpark(),
         }
     }
+
+    /// Whether the target is the calling thread, whose worker state (if a worker) is `here`.
+    pub fn is_caller(&self, here: Option<&crate::registry::WorkerThread>) -> bool {
+        match (self, here) {
+            (WakeTarget::Foreign(registry, index), Some(w)) => {
+                registry.id() == w.registry().id() && *index == w.index()
+            }
+            (WakeTarget::Thread(thread), None) => thread.id() == thread::current().id(),
+            // A worker of the latch's own pool is checked by pool membership, never through here.
+            _ => false,
+        }
+    }
 }
 
 const UNSET: u8 = 0;
@@ -95,15 +107,16 @@ impl Latch {
 }
 
 /// Counts the jobs of a scope still to finish, the scope's own body included; the owner (a
-/// worker of the scope's pool) waits for zero.
+/// worker of the scope's pool, or for an in-place scope a worker of another pool or a plain
+/// thread, which parks) waits for zero.
 pub struct CountLatch {
     count: AtomicUsize,
-    owner: usize,
+    owner: WakeTarget,
 }
 
 impl CountLatch {
-    /// A latch at one (the scope body) owned by worker `owner`.
-    pub fn new(owner: usize) -> Self {
+    /// A latch at one (the scope body) whose owner is `owner`.
+    pub fn new(owner: WakeTarget) -> Self {
         CountLatch {
             count: AtomicUsize::new(1),
             owner,
@@ -117,10 +130,10 @@ impl CountLatch {
         self.count.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The worker that waits for this latch.
+    /// The thread that waits for this latch.
     #[inline]
-    pub fn owner(&self) -> usize {
-        self.owner
+    pub fn owner(&self) -> &WakeTarget {
+        &self.owner
     }
 
     /// Whether every counted job has finished.
@@ -134,11 +147,12 @@ impl CountLatch {
     /// # Safety
     /// `this` is valid now; once the count reaches zero the owner may free it.
     pub unsafe fn decrement(this: *const Self, here: &Registry) {
-        // SAFETY: valid until the decrement below (caller's contract).
-        let owner = unsafe { (*this).owner };
+        // SAFETY: valid until the decrement below (caller's contract). A clone: the owner may
+        // free the latch as soon as the count is zero. (For a worker owner, a copied index.)
+        let owner = unsafe { (*this).owner.clone() };
         // AcqRel: release this job's effects; acquire the others' for whoever reaches zero.
         if unsafe { (*this).count.fetch_sub(1, Ordering::AcqRel) } == 1 {
-            here.sleep().wake_worker(owner);
+            owner.wake(here);
         }
     }
 }

@@ -61,6 +61,7 @@ mod borrowed;
 mod broadcast;
 mod builder;
 mod chaos;
+mod fifo;
 mod job;
 mod join;
 mod latch;
@@ -69,6 +70,7 @@ mod pacing;
 mod pool;
 mod registry;
 mod scope;
+mod scope_fifo;
 mod sleep;
 mod stack;
 mod stats;
@@ -86,6 +88,7 @@ pub use pool::{
     join_context, scope, spawn, yield_local, yield_now, ThreadPool, Yield,
 };
 pub use scope::Scope;
+pub use scope_fifo::{in_place_scope, in_place_scope_fifo, scope_fifo, spawn_fifo, ScopeFifo};
 pub use stats::Stats;
 
 /// The README's examples, compiled and run as doc tests.

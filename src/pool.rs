@@ -48,7 +48,7 @@ impl ThreadPool {
         ThreadPool { registry }
     }
 
-    /// The pool's registry.
+    /// The pool's registry, for the entry points defined in other modules.
     pub(crate) fn registry(&self) -> &Arc<Registry> {
         &self.registry
     }
@@ -209,7 +209,7 @@ where
 /// (a handler's thread), else of the borrowed worker the thread is (`use_current_thread`), else
 /// the global pool.
 #[cold]
-fn from_outside_jobs<OP, R>(op: OP) -> R
+pub(crate) fn from_outside_jobs<OP, R>(op: OP) -> R
 where
     OP: FnOnce() -> R + Send,
     R: Send,

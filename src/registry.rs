@@ -50,6 +50,8 @@ pub struct Registry {
     panic_handler: Option<PanicHandler>,
     /// broadcast: each worker's inbox of pinned jobs (see `broadcast`).
     inboxes: Inboxes,
+    /// Each worker's lanes for detached `spawn_fifo` jobs (see `fifo`).
+    fifo_lanes: Box<[crate::fifo::Lanes]>,
 }
 
 /// What a worker thread needs to start, made before any thread runs.
@@ -87,6 +89,7 @@ impl Registry {
             terminating: AtomicBool::new(false),
             panic_handler,
             inboxes: Inboxes::new(num_threads),
+            fifo_lanes: crate::fifo::Lanes::per_worker(num_threads),
         });
         let seeds = deques
             .into_iter()
@@ -110,6 +113,12 @@ impl Registry {
     /// The number of tokens.
     pub fn max_inflight(&self) -> usize {
         self.tokens.cap()
+    }
+
+    /// Each worker's lanes for detached fifo spawns.
+    #[inline]
+    pub fn fifo_lanes(&self) -> &[crate::fifo::Lanes] {
+        &self.fifo_lanes
     }
 
     /// The workers' sleep state.
@@ -190,9 +199,15 @@ impl Registry {
     /// Admits the root `lender`, started by a call from a job of another pool, on that call's
     /// credit (never waiting), and makes its job runnable.
     pub fn admit_on_credit(&self, lender: &Lender, job: JobRef) {
+        self.admit_credit(lender);
+        self.make_runnable(job);
+    }
+
+    /// Admits the root `lender` on the credit of a call from a job of another pool, never
+    /// waiting; the caller runs it (an in-place scope's body: see `scope_fifo`).
+    pub fn admit_credit(&self, lender: &Lender) {
         self.tokens.admit_credit(lender);
         self.note_admitted(lender, Admission::Credit);
-        self.make_runnable(job);
     }
 
     /// Admits the job `job` of `*lender` into this pool and makes it runnable, counting it in
@@ -203,7 +218,9 @@ impl Registry {
     /// thread outside every pool parks; a worker of *another* pool does not wait at all (it
     /// may hold a token of its own pool, and waiting for a second one while holding it could
     /// deadlock): the job is queued, and whoever frees a token makes it runnable. Returns once
-    /// the job is admitted, or queued.
+    /// the job is admitted, or queued. (One exception: a child of an in-place scope's credit
+    /// root, spawned by the scope's owner on another pool's worker, waits for that root's loan
+    /// or a pool token, running the owner's pool's jobs meanwhile; design §4.10.)
     ///
     /// A worker counts the job in `scope` at the last moment: after its admission, or just
     /// before it registers as a waiter (its granter may make it runnable). In the help-first
@@ -303,7 +320,11 @@ impl Registry {
         // From here on the job may run and free the lender it holds: take a reference.
         // SAFETY: as above.
         let lender = unsafe { LenderRef::clone_raw(lender) };
-        let crossing = here.is_some_and(|w| w.registry.id != self.id);
+        // A worker of another pool never waits for a token of this one (design §1.4), but for a
+        // child of the credit root of its own in-place scope (the one kind of non-root it
+        // spawns here), which waits for that root's loan or a pool token: for the root's
+        // descendants and this pool's jobs only, never for a token its caller holds (§4.10).
+        let crossing = here.is_some_and(|w| w.registry.id != self.id) && lender.level() == 1;
         // SAFETY: the lender is not registered anywhere yet.
         unsafe {
             lender.set_ticket(Ticket {

@@ -14,8 +14,9 @@ use std::ptr;
 use crate::chaos;
 use crate::job::{drop_quietly, Deferred, HeapJob, JobResult};
 use crate::latch::CountLatch;
-use crate::registry::{Registry, WorkerThread};
+use crate::registry::{wait_on, Registry, WorkerThread};
 use crate::sync::{Arc, AtomicPtr, Ordering};
+use crate::token::LenderRef;
 
 /// A scope in which jobs may be spawned that borrow data living at least as long as `'scope`.
 ///
@@ -39,6 +40,9 @@ pub struct Scope<'scope> {
     panic: AtomicPtr<Box<dyn Any + Send>>,
     /// Jobs spawned from workers of other pools that the owner has to admit (a stack).
     deferred: AtomicPtr<DeferredNode<'scope>>,
+    /// For an in-place scope owned by another pool's worker: the root job, on the caller's
+    /// credit, whose children the owner's spawns are (see `scope_fifo`); released on drop.
+    credit: Option<LenderRef>,
     /// Invariant in `'scope`, and spawned closures need not be `Sync`: like rayon's scope.
     marker: PhantomData<SpawnedFn<'scope>>,
 }
@@ -68,6 +72,12 @@ impl<'scope> Scope<'scope> {
     /// owner may hold the only one while it waits for the caller.) Such spawns are not
     /// backpressured.
     ///
+    /// The owner of an in-place scope ([`in_place_scope`](crate::in_place_scope)) that is no
+    /// worker of the scope's pool is the one exception: it holds none of this pool's tokens, so
+    /// its spawns wait for admission. From a plain thread `f` is a root that waits (parks) for
+    /// a pool token; from another pool's worker `f` is a child of the scope's credit root (its
+    /// loan, else a pool token), and the worker runs its own pool's jobs while it waits.
+    ///
     /// A panic in `f` is raised again by the scope call once every job has finished.
     ///
     /// ```
@@ -89,34 +99,57 @@ impl<'scope> Scope<'scope> {
     where
         F: FnOnce(&Scope<'scope>) + Send + 'scope,
     {
-        self.spawn_to(f, None);
+        self.spawn_job(self, f, Order::Lifo);
     }
 
-    /// [`Scope::spawn`], its job pinned to worker `pin` if given (see `broadcast`; a pinned
-    /// spawn is made from a worker of the scope's pool only).
-    #[inline]
-    pub(crate) fn spawn_to<F>(&self, f: F, pin: Option<usize>)
+    /// Spawns `f(handle)` as a job of this scope, where `handle` is this scope or a handle
+    /// built on it ([`ScopeFifo`]). `order`: where a spawn from a worker of the scope's pool goes
+    /// once admitted (its deque, or a fifo lane); a spawn from any other thread is admitted as
+    /// [`Scope::spawn`] says, the same for every handle.
+    pub(crate) fn spawn_job<H, F>(&self, handle: &H, f: F, order: Order<'_>)
     where
-        F: FnOnce(&Scope<'scope>) + Send + 'scope,
+        H: ScopeHandle<'scope> + 'scope,
+        F: FnOnce(&H) + Send + 'scope,
     {
-        let scope = ScopePtr(self, PhantomData);
+        let handle = HandlePtr(handle, PhantomData);
         let body = move || {
-            let scope = scope.get();
-            if let JobResult::Panic(payload) = JobResult::call(|| f(scope)) {
-                scope.store_panic(payload);
+            let handle = handle.get();
+            if let JobResult::Panic(payload) = JobResult::call(|| f(handle)) {
+                handle.base().store_panic(payload);
             }
         };
         let here = WorkerThread::current();
         let own = self.registry.own(here);
-        let job = HeapJob::new(self.registry.new_lender_on(own), body, &self.latch);
-        match (own, pin) {
+        let lender = match (own, &self.credit) {
+            // SAFETY: the credit root lives as long as the scope, which outlives its jobs.
+            (None, Some(credit)) if self.latch.owner().is_caller(here) => unsafe {
+                self.registry.new_child(LenderRef::as_ptr(credit))
+            },
+            _ => self.registry.new_lender_on(own),
+        };
+        let job = HeapJob::new(lender, body, &self.latch);
+        match (own, order) {
             // Counted in the scope at admission (see `Registry::admit`).
-            (Some(worker), None) => job.admit_in_scope(&self.registry, worker),
-            (Some(worker), Some(target)) => crate::broadcast::admit_pinned(job, target, worker),
+            (Some(worker), Order::Lifo) => job.admit_in_scope(&self.registry, worker),
+            (Some(worker), Order::Fifo(lanes)) => crate::fifo::admit_in_scope(job, worker, lanes),
+            (Some(worker), Order::Pinned(target)) => {
+                crate::broadcast::admit_pinned(job, target, worker)
+            }
+            // The owner of an in-place scope, which is no worker of this pool and so holds none
+            // of its tokens: a plain thread may wait for a pool token; another pool's worker
+            // spawns children of its credit root, admitted on its loan or a pool token at once
+            // or queued, never waiting (design §1.4, §4.10).
+            _ if self.latch.owner().is_caller(here) => {
+                self.latch.increment();
+                job.admit(&self.registry, here);
+            }
             // Another pool's worker, or a thread outside every pool that a job of this scope
             // started and waits for: waiting for a token here could wait for the owner's.
             (None, _) => {
-                debug_assert!(pin.is_none(), "a pinned spawn from outside the pool");
+                debug_assert!(
+                    !matches!(order, Order::Pinned(_)),
+                    "a pinned spawn from outside the pool"
+                );
                 self.latch.increment();
                 if let Err(job) = job.offer(&self.registry) {
                     self.defer(job);
@@ -155,7 +188,7 @@ impl<'scope> Scope<'scope> {
         chaos::point();
         // The scope is still alive: the calling thread runs inside a job or the body of this
         // scope (that is how it reached `self`), which the scope's count waits for.
-        self.registry.sleep().wake_worker(self.latch.owner());
+        self.latch.owner().clone().wake(&self.registry);
     }
 
     /// Whether a job waits for the owner in [`Scope::admit_deferred`].
@@ -176,8 +209,10 @@ impl<'scope> Scope<'scope> {
             node = taken.next;
             jobs.push(taken.job);
         }
+        let parent = self.credit.as_ref().map_or(ptr::null(), LenderRef::as_ptr);
         for job in jobs.into_iter().rev() {
-            job.admit_as_child(&self.registry);
+            // SAFETY: `parent` is null or the credit root, alive while the scope is.
+            unsafe { job.admit_as_child(&self.registry, parent) };
         }
     }
 
@@ -204,19 +239,45 @@ impl<'scope> Scope<'scope> {
     }
 }
 
-/// A pointer to the scope that a spawned job may carry to another thread.
-struct ScopePtr<'a, 'scope>(*const Scope<'scope>, PhantomData<&'a ()>);
+/// Where an admitted spawn of a worker of the scope's pool waits to run.
+#[derive(Clone, Copy)]
+pub(crate) enum Order<'a> {
+    /// The worker's deque (rayon's `spawn`).
+    Lifo,
+    /// A fifo lane of the worker, among the scope's lanes for each worker (rayon's
+    /// `spawn_fifo`).
+    Fifo(&'a [crate::fifo::Lanes]),
+    /// The inbox of the given worker, whichever thread admits it (a broadcast's job, see
+    /// `broadcast`; spawned from a worker of the scope's pool only).
+    Pinned(usize),
+}
 
-impl<'a, 'scope> ScopePtr<'a, 'scope> {
-    fn get(&self) -> &'a Scope<'scope> {
-        // SAFETY: the scope outlives every job spawned in it (it waits for their count).
+/// What a spawned job's closure receives: a [`Scope`], or a handle built on one.
+pub(crate) trait ScopeHandle<'scope>: Sync {
+    /// The scope underneath.
+    fn base(&self) -> &Scope<'scope>;
+}
+
+impl<'scope> ScopeHandle<'scope> for Scope<'scope> {
+    fn base(&self) -> &Scope<'scope> {
+        self
+    }
+}
+
+/// A pointer to a scope's handle that a spawned job may carry to another thread.
+struct HandlePtr<'a, H>(*const H, PhantomData<&'a ()>);
+
+impl<'a, H> HandlePtr<'a, H> {
+    fn get(&self) -> &'a H {
+        // SAFETY: the handle outlives every job spawned in its scope (the scope call, on whose
+        // frame the handle lives, waits for their count).
         unsafe { &*self.0 }
     }
 }
 
-// SAFETY: `Scope` is Sync (its fields are atomics and an Arc), so sharing a pointer to it with
-// the thread that runs a spawned job is as sound as sharing `&Scope`.
-unsafe impl Send for ScopePtr<'_, '_> {}
+// SAFETY: `H` is Sync (`ScopeHandle: Sync`), so sharing a pointer to it with the thread that
+// runs a spawned job is as sound as sharing `&H`.
+unsafe impl<H: Sync> Send for HandlePtr<'_, H> {}
 
 /// `scope` on a worker thread: the body runs inline in the current job.
 pub fn scope_in_worker<'scope, OP, R>(worker: &WorkerThread, op: OP) -> R
@@ -224,14 +285,59 @@ where
     OP: FnOnce(&Scope<'scope>) -> R + Send,
     R: Send,
 {
-    let scope = Scope {
-        registry: worker.registry().clone(),
-        latch: CountLatch::new(worker.index()),
-        panic: AtomicPtr::new(ptr::null_mut()),
-        deferred: AtomicPtr::new(ptr::null_mut()),
-        marker: PhantomData,
-    };
-    let result = JobResult::call(|| op(&scope));
+    let scope = Scope::new(worker.registry().clone(), Some(worker));
+    run_scope(&scope, Some(worker), op)
+}
+
+impl<'scope> Scope<'scope> {
+    /// A scope of `registry` owned by the calling thread, whose worker state (if it is a
+    /// worker of any pool) is `here`.
+    pub(crate) fn new(registry: Arc<Registry>, here: Option<&WorkerThread>) -> Self {
+        let owner = registry.waker_for(here);
+        let credit = here
+            .filter(|w| w.registry().id() != registry.id())
+            .map(|_| {
+                // SAFETY: a null parent: a root.
+                let root = LenderRef::new(unsafe { registry.new_child(ptr::null()) });
+                registry.admit_credit(&root);
+                root
+            });
+        Scope {
+            registry,
+            latch: CountLatch::new(owner),
+            panic: AtomicPtr::new(ptr::null_mut()),
+            deferred: AtomicPtr::new(ptr::null_mut()),
+            credit,
+            marker: PhantomData,
+        }
+    }
+}
+
+impl Drop for Scope<'_> {
+    fn drop(&mut self) {
+        // Every job of the scope has finished (the scope call waited for them): the credit root
+        // finishes, and its credit goes back (or stays parked while a detached descendant holds
+        // its loan, rule 4).
+        if let Some(credit) = self.credit.take() {
+            self.registry.finish_job(credit, None);
+        }
+    }
+}
+
+/// Runs the body `op` of `handle`'s scope on the calling thread (the scope's owner, whose worker
+/// state, if a worker of any pool, is `here`), then waits for the scope's jobs, admitting the
+/// deferred ones; raises the first panic again. A worker waits running its pool's jobs; a plain
+/// thread parks, woken by the count's last decrement and by each deferral.
+pub(crate) fn run_scope<'scope, H, R>(
+    handle: &H,
+    here: Option<&WorkerThread>,
+    op: impl FnOnce(&H) -> R,
+) -> R
+where
+    H: ScopeHandle<'scope>,
+{
+    let scope = handle.base();
+    let result = JobResult::call(|| op(handle));
     let value = match result {
         JobResult::Ok(value) => Some(value),
         JobResult::Panic(payload) => {
@@ -240,14 +346,14 @@ where
         }
         JobResult::None => None,
     };
-    // SAFETY: the latch lives on this frame, which waits for it right below.
-    unsafe { CountLatch::decrement(&scope.latch, worker.registry()) };
+    // SAFETY: the latch lives in the scope, which waits for it right below.
+    unsafe { CountLatch::decrement(&scope.latch, &scope.registry) };
     loop {
         scope.admit_deferred();
         if scope.latch.probe() {
             break;
         }
-        worker.wait_until(|| scope.latch.probe() || scope.has_deferred());
+        wait_on(here, || scope.latch.probe() || scope.has_deferred());
     }
     if let Some(payload) = scope.take_panic() {
         drop_quietly(value);

@@ -3,7 +3,10 @@
 //!
 //! What is checked is the cross-pool guarantee: a call from a job of pool X into another pool Y
 //! (`Y.install`, `Y.scope`, `Y.join`) never waits for Y's tokens, it runs in Y as a root job on
-//! its caller's credit; a spawn into Y from a worker of another pool never waits either. So for
+//! its caller's credit; a spawn into Y from a worker of another pool never waits either; an
+//! in-place scope of Y opened by X's job (`Y.in_place_scope`, `Y.in_place_scope_fifo`) runs its
+//! body on X's worker and its spawns as children of a credit root of Y. The trees also nest
+//! fifo and in-place scopes within a pool, and `join_context` halves that yield. So for
 //! each pool at every instant `tokens_in_use <= cap`, `executing <= cap + F` and
 //! `inflight <= (cap + F) × levels`, where F counts the calls into the pool made from other
 //! pools' jobs and still in progress (the test counts them itself, around each call). Once
@@ -511,10 +514,24 @@ fn node<'s>(at: At<'s>, scope: Option<&treepool::Scope<'s>>, seed: u64, size: us
             let sizes = split(&mut rng, rest, 2);
             let (a, b) = (rng.next(), rng.next());
             let size_b = sizes.get(1).copied().unwrap_or(0);
-            treepool::join(
-                || node(at, scope, a, sizes[0]),
-                || node(at, scope, b, size_b),
-            );
+            if rng.range(0, 1) == 0 {
+                treepool::join(
+                    || node(at, scope, a, sizes[0]),
+                    || node(at, scope, b, size_b),
+                );
+            } else {
+                // rayon's `join_context`, each half first running one pending job of the pool.
+                treepool::join_context(
+                    |_| {
+                        let _ = treepool::yield_now();
+                        node(at, scope, a, sizes[0])
+                    },
+                    |_| {
+                        let _ = treepool::yield_local();
+                        node(at, scope, b, size_b)
+                    },
+                );
+            }
         }
         (12..=23, _) => {
             let parts = rng.range(1, 3) as usize;
@@ -522,11 +539,24 @@ fn node<'s>(at: At<'s>, scope: Option<&treepool::Scope<'s>>, seed: u64, size: us
                 .into_iter()
                 .map(|size| (rng.next(), size))
                 .collect();
-            treepool::scope(|s| {
-                for (seed, size) in children {
-                    s.spawn(move |s| node(at, Some(s), seed, size));
-                }
-            });
+            // A lifo scope, a fifo scope, or an in-place scope (here on a worker: inline).
+            match rng.range(0, 2) {
+                0 => treepool::scope(|s| {
+                    for (seed, size) in children {
+                        s.spawn(move |s| node(at, Some(s), seed, size));
+                    }
+                }),
+                1 => treepool::scope_fifo(|s| {
+                    for (seed, size) in children {
+                        s.spawn_fifo(move |_| node(at, None, seed, size));
+                    }
+                }),
+                _ => treepool::in_place_scope(|s| {
+                    for (seed, size) in children {
+                        s.spawn(move |s| node(at, Some(s), seed, size));
+                    }
+                }),
+            }
         }
         (24..=31, Some(s)) => {
             // Spawn onto the enclosing scope and return without waiting.
@@ -566,9 +596,9 @@ fn node<'s>(at: At<'s>, scope: Option<&treepool::Scope<'s>>, seed: u64, size: us
     }
 }
 
-/// A call from this job into another pool: install, broadcast, scope (optionally with some
-/// spawns made from a worker of yet another pool, reached by a call back out of the scope) or
-/// join.
+/// A call from this job into another pool: install, broadcast, an in-place scope, scope
+/// (optionally with some spawns made from a worker of yet another pool, reached by a call back
+/// out of the scope) or join.
 fn cross_call(at: At<'_>, rng: &mut Rng, rest: usize) {
     let target = at.other_pool(rng);
     let cx = at.cx;
@@ -594,7 +624,32 @@ fn cross_call(at: At<'_>, rng: &mut Rng, rest: usize) {
                 })
             });
         }
-        40..=74 => {
+        40..=49 => {
+            // An in-place scope of the other pool: its body runs here, on this job's worker,
+            // on a credit of the target; its spawns run there, as children of that credit.
+            let parts = rng.range(1, 3) as usize;
+            let children: Vec<(u64, usize)> = split(rng, rest, parts)
+                .into_iter()
+                .map(|size| (rng.next(), size))
+                .collect();
+            let fifo = rng.range(0, 1) == 0;
+            call_into(at, target, "in_place_scope", |inner| {
+                if fifo {
+                    pool.in_place_scope_fifo(|s| {
+                        for (seed, size) in children {
+                            s.spawn_fifo(move |_| node(inner, None, seed, size));
+                        }
+                    })
+                } else {
+                    pool.in_place_scope(|s| {
+                        for (seed, size) in children {
+                            s.spawn(move |s| node(inner, Some(s), seed, size));
+                        }
+                    })
+                }
+            });
+        }
+        50..=74 => {
             let parts = rng.range(1, 3) as usize;
             // A third of the spawns are made from a worker of another pool (`bounce`).
             let children: Vec<(u64, usize, bool)> = split(rng, rest, parts)
