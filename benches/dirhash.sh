@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Speed benchmark of examples/dirhash.rs against b3sum, rayon and one thread.
+# Speed benchmark of examples/dirhash/ against b3sum, rayon and one thread.
 #
 #   benches/dirhash.sh            # full size: 4000 small files + 4 x 256 MiB, 7 runs each
 #   SMOKE=1 benches/dirhash.sh    # quick check that everything works (tiny tree, 2 runs)

@@ -1,6 +1,7 @@
-//! Integration tests for `examples/dirhash.rs`: they run the example binary as a
-//! child process on temporary trees and check its output against the blake3
-//! crate's own single-threaded `blake3::hash` and b3sum's format.
+//! Integration tests for `examples/dirhash/` (main.rs and its modules): they
+//! run the example binary as a child process on temporary trees and check its
+//! output against the blake3 crate's own single-threaded `blake3::hash` and
+//! b3sum's format.
 //!
 //! How the binary is found: Cargo gives integration tests no
 //! `CARGO_BIN_EXE_*` for examples, so the first test that needs it runs

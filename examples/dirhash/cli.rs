@@ -1,0 +1,85 @@
+//! The command line: the options, their defaults and the size parser. Owns
+//! nothing else; it must never touch the file system or a pool.
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+
+use crate::NAME;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = NAME,
+    version,
+    about = "Hash every regular file under PATHs with BLAKE3, in b3sum's format, in parallel",
+    after_help = "Output is byte-identical to `find PATH -type f -print0 | LC_ALL=C sort -z | xargs -0 b3sum`."
+)]
+pub(crate) struct Args {
+    /// Files or directories to hash [default: .]
+    #[arg(value_name = "PATH")]
+    pub(crate) paths: Vec<PathBuf>,
+
+    /// Worker threads (0 = one per core)
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub(crate) threads: usize,
+
+    /// Admission tokens of the pool: jobs in flight stay <= N x levels
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) max_inflight: Option<u64>,
+
+    /// Split granularity and per-job read buffer, in bytes (K, M, G suffixes ok)
+    #[arg(long, value_name = "BYTES", default_value = "1M", value_parser = parse_size)]
+    pub(crate) piece_size: u64,
+
+    /// Verify a b3sum-format checksum list (`-` = stdin) instead of hashing PATHs
+    #[arg(long, value_name = "FILE", conflicts_with = "paths")]
+    pub(crate) check: Option<PathBuf>,
+
+    /// Show a progress bar on stderr (default: only when stderr is a terminal)
+    #[arg(long, overrides_with = "no_progress")]
+    pub(crate) progress: bool,
+
+    /// Never show a progress bar
+    #[arg(long, overrides_with = "progress")]
+    pub(crate) no_progress: bool,
+
+    /// Print the pool's Stats and the peak RSS on stderr at the end
+    #[arg(long)]
+    pub(crate) stats: bool,
+
+    /// Hash through memory maps instead of read() (RSS then includes mapped pages)
+    #[arg(long)]
+    pub(crate) mmap: bool,
+
+    /// Which pool runs the walk (for benchmarks)
+    #[arg(long, value_enum, default_value_t = Engine::Treepool, hide = true)]
+    pub(crate) engine: Engine,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Engine {
+    Treepool,
+    Rayon,
+}
+
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (digits, mult) = match s.as_bytes().last() {
+        Some(b'k' | b'K') => (&s[..s.len() - 1], 1u64 << 10),
+        Some(b'm' | b'M') => (&s[..s.len() - 1], 1 << 20),
+        Some(b'g' | b'G') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|e| format!("invalid size {s:?}: {e}"))?;
+    let n = n
+        .checked_mul(mult)
+        .ok_or_else(|| format!("size {s:?} is too large"))?;
+    if n < blake3::CHUNK_LEN as u64 {
+        return Err(format!("piece size must be at least {}", blake3::CHUNK_LEN));
+    }
+    if n > isize::MAX as u64 / 2 {
+        return Err(format!("piece size {s:?} is too large"));
+    }
+    Ok(n)
+}

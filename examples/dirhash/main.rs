@@ -1,0 +1,266 @@
+//! `dirhash`: hash every regular file under a directory tree with BLAKE3, in
+//! parallel on a [`treepool`] thread pool, printing exactly what
+//! `find PATH -type f -print0 | LC_ALL=C sort -z | xargs -0 b3sum` prints.
+//!
+//! # Usage
+//!
+//! ```text
+//! cargo run --release --example dirhash -- [OPTIONS] [PATH]...
+//!
+//!   PATH                  files or directories to hash (default: `.`)
+//!   --threads N           worker threads (0 = one per core, the default)
+//!   --max-inflight N      admission tokens of the pool (default: the pool's default)
+//!   --piece-size BYTES    split granularity and read-buffer size (default 1 MiB;
+//!                         suffixes K, M, G are accepted; at least 1024)
+//!   --check FILE          verify a b3sum-format list (FILE `-` is stdin), like `b3sum --check`
+//!   --progress            progress bar on stderr (files, bytes, rate); the default
+//!                         only when stderr is a terminal. `--no-progress` turns it off
+//!   --stats               print the pool's Stats and the peak RSS on stderr at the end
+//!   --mmap                hash through memory maps instead of `read()`
+//! ```
+//!
+//! Each line of output is `HASH  PATH` (64 lowercase hex digits, two spaces, the
+//! path), sorted bytewise by path, so that the output is accepted by
+//! `b3sum --check` and by `dirhash --check`.
+//!
+//! # How it runs in parallel
+//!
+//! Every directory is a job that lists its entries (and closes the directory
+//! again before spawning, so open directory handles are not multiplied by the
+//! depth of the tree), then spawns one job per subdirectory and one per regular
+//! file with `Scope::spawn`. In a real treepool `spawn` *waits for admission*
+//! (backpressure), and nothing here assumes that it returns at once.
+//!
+//! A file longer than the piece size is split recursively with
+//! [`blake3::hazmat::left_subtree_len`], so every piece is a valid BLAKE3
+//! subtree. The two halves of every split run under `join`, the pieces are
+//! hashed with `HasherExt::set_input_offset` + `finalize_non_root`, and the
+//! chaining values are combined with `merge_subtrees_non_root` and, at the top,
+//! `merge_subtrees_root`. The result is the same hash as `blake3::hash` of the
+//! whole file (the integration tests check that against the crate's own
+//! single-threaded hash).
+//!
+//! The hidden `--engine rayon` runs the very same walker on `rayon::scope` and
+//! `rayon::join`, for the speed comparison in `benches/dirhash.sh`.
+//!
+//! # Memory
+//!
+//! Files are read with positional reads (`FileExt::read_at`) into bounded
+//! buffers; nothing reads a whole file and nothing is memory mapped unless
+//! `--mmap` is given. A job holds at most one buffer of at most `piece_size`
+//! bytes, and only while it is reading and hashing one piece; it makes no pool
+//! call during that time (no spawn, no join), so it never helps another job
+//! while its buffer is live. Buffers are kept per worker thread and reused. So:
+//!
+//! ```text
+//! peak memory ≈ piece_size × min(threads, max_inflight × levels)   (read buffers)
+//!             + files × (path length + ~60 bytes)                   (results, sorted at the end)
+//!             + the largest directory listing being spawned         (names of one directory)
+//!             + a small constant (binary, pool, stacks, progress bar)
+//! ```
+//!
+//! `max_inflight × levels` is the bound the pool itself guarantees for jobs in
+//! flight (the treepool contract, invariant B2), so even a job that held its
+//! buffer across pool calls would stay within `piece_size × max_inflight ×
+//! levels`; with this code the tighter `piece_size × threads` holds. With the
+//! defaults (1 MiB pieces) a 192 MB file is hashed in well under 100 MB of RSS
+//! (the `bounded_rss_192mb_file` test checks it). With `--mmap` the mapped
+//! pages of the file count toward the RSS as the kernel faults them in (they
+//! are page cache, reclaimable, but `ru_maxrss` counts them), so the bound
+//! above is for the default `read()` path only.
+//!
+//! # Output format and escaping (matches b3sum 1.x)
+//!
+//! The path is printed the way `find PATH -type f` prints it: `PATH` as given,
+//! then `/` unless `PATH` already ends with `/`, then the names below it
+//! (`find d/` prints `d/x`, `find d//` prints `d//x`, `find .` prints `./x`).
+//!
+//! b3sum turns the path into text with `Path::to_string_lossy`, then, if that
+//! text holds a backslash or a newline, starts the line with a `\` and writes
+//! `\` as `\\` and a newline as `\n` in the path. dirhash does exactly the same,
+//! so:
+//!
+//! * names that are not UTF-8 are walked, opened and **sorted as raw bytes**
+//!   (`OsStrExt`), exactly like `find -print0 | sort -z`, but **printed** the
+//!   way b3sum prints them: each invalid sequence becomes U+FFFD. This keeps
+//!   the output byte-identical to the b3sum pipeline. Like b3sum, `--check`
+//!   refuses lines whose path holds U+FFFD ("Unicode replacement character in
+//!   path"), because such a line cannot name a file unambiguously: files with
+//!   such names can be hashed and listed, but not checked by name. (Printing
+//!   raw bytes instead would break both byte-identity with b3sum and UTF-8
+//!   output, so dirhash does what b3sum does.)
+//! * `--check` follows b3sum's format: `PATH: OK`, `PATH: FAILED`, or
+//!   `PATH: FAILED (reason)` on stdout with PATH as written in the list (an
+//!   escaped line keeps its leading `\`), unparsable lines as `dirhash: reason`
+//!   on stderr (b3sum's reasons: `Short line`, `Invalid hex`, ...), and
+//!   `dirhash: WARNING: N computed checksum(s) did NOT match` on stderr at the
+//!   end when something failed (as b3sum >= 1.4 does); the exit code is then 1.
+//!   The listed files are hashed in parallel (one job each) and reported in the
+//!   list's order. Two deliberate differences from b3sum: a listed path `-` is
+//!   a file named `-`, not stdin, and a line that is not UTF-8 fails on its own
+//!   (`Invalid UTF-8 in line`) instead of aborting the whole list. A listed
+//!   FIFO or device fails (`not a regular file`) instead of blocking. Listed
+//!   paths are opened following symlinks, as b3sum does.
+//!
+//! # Bad input
+//!
+//! Symlinks are never followed (as `find -P`): they are not regular files, so
+//! they are skipped silently, and a PATH that is a symlink prints nothing, like
+//! `find` (spelled `link/`, with a trailing slash, it names the directory and is
+//! walked, again like `find`). FIFOs, sockets and devices are skipped without being opened (the
+//! type comes from `DirEntry::file_type`/`symlink_metadata`; files are opened
+//! with `O_NONBLOCK | O_NOFOLLOW` and checked again with `fstat`, so a file that
+//! is swapped for a FIFO mid-walk cannot block either). Unreadable files and
+//! directories, files that vanish, and files that shrink while they are read
+//! print `dirhash: PATH: reason` on stderr; everything else is still hashed
+//! and printed, and the exit code is 1. A file that grows while it is hashed is
+//! hashed up to the length it had when it was opened if it was split, and to
+//! its end otherwise; a split file that delivers fewer bytes than its size
+//! (it shrank, or it is a sysfs-like file) fails with `file shrank while it
+//! was being hashed`. A closed stdout (`dirhash | head`) ends the program
+//! quietly: no message, and the exit code is what it would have been.
+mod check;
+mod cli;
+mod engine;
+mod hasher;
+mod output;
+mod report;
+mod walk;
+
+use std::io::{self, Write};
+use std::os::unix::ffi::OsStringExt;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use blake3::Hash;
+use clap::Parser;
+use indicatif::ProgressBar;
+
+use crate::check::run_check;
+use crate::cli::Args;
+use crate::engine::Pool;
+use crate::output::print_results;
+use crate::report::{make_progress, print_stats};
+use crate::walk::Walk;
+
+const NAME: &str = "dirhash";
+
+struct Ctx {
+    piece: u64,
+    mmap: bool,
+    failed: AtomicBool,
+    results: Mutex<Vec<(Vec<u8>, Hash)>>,
+    files: AtomicU64,
+    bytes: AtomicU64,
+    progress: Option<ProgressBar>,
+}
+
+impl Ctx {
+    fn new(args: &Args, progress: Option<ProgressBar>) -> Ctx {
+        Ctx {
+            piece: args.piece_size,
+            mmap: args.mmap,
+            failed: AtomicBool::new(false),
+            results: Mutex::new(Vec::new()),
+            files: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            progress,
+        }
+    }
+
+    /// `dirhash: PATH: reason` on stderr (above the progress bar), and exit 1.
+    fn error(&self, path: &[u8], err: &io::Error) {
+        self.failed.store(true, Ordering::Relaxed);
+        let msg = format!("{NAME}: {}: {err}", String::from_utf8_lossy(path));
+        self.eprint(&msg);
+    }
+
+    fn eprint(&self, msg: &str) {
+        let print = || {
+            let _ = writeln!(io::stderr().lock(), "{msg}");
+        };
+        match &self.progress {
+            Some(pb) => pb.suspend(print),
+            None => print(),
+        }
+    }
+
+    fn add_bytes(&self, n: usize) {
+        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        if let Some(pb) = &self.progress {
+            pb.inc(n as u64);
+        }
+    }
+
+    fn file_done(&self) {
+        let n = self.files.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Some(pb) = &self.progress {
+            // Cheap enough for every file at first, then every 64th.
+            if n < 64 || n % 64 == 0 {
+                pb.set_message(format!("{n} files"));
+            }
+        }
+    }
+
+    fn push(&self, path: Vec<u8>, hash: Hash) {
+        self.results
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((path, hash));
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let pool = match Pool::build(&args) {
+        Ok(pool) => pool,
+        Err(e) => {
+            let _ = writeln!(io::stderr(), "{NAME}: cannot build the thread pool: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let ctx = Ctx::new(&args, make_progress(&args));
+    let start = Instant::now();
+
+    let written = if let Some(list) = &args.check {
+        match run_check(&pool, &ctx, list) {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                ctx.failed.store(true, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    } else {
+        let roots: Vec<Vec<u8>> = if args.paths.is_empty() {
+            vec![b".".to_vec()]
+        } else {
+            args.paths
+                .iter()
+                .map(|p| p.clone().into_os_string().into_vec())
+                .collect()
+        };
+        pool.run(&ctx, Walk(roots));
+        if let Some(pb) = &ctx.progress {
+            pb.finish_and_clear();
+        }
+        let results = std::mem::take(&mut *ctx.results.lock().unwrap_or_else(|e| e.into_inner()));
+        print_results(results)
+    };
+    if let Err(e) = written {
+        if e.kind() != io::ErrorKind::BrokenPipe {
+            let _ = writeln!(io::stderr(), "{NAME}: writing the output: {e}");
+            ctx.failed.store(true, Ordering::Relaxed);
+        }
+    }
+    if args.stats {
+        print_stats(&pool, &ctx, &args, start.elapsed());
+    }
+    if ctx.failed.load(Ordering::Relaxed) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
