@@ -6,6 +6,13 @@ use clap::{Parser, ValueEnum};
 
 use crate::NAME;
 
+/// The fewest worker threads when `--threads` is not given. A worker blocks
+/// in `open` and `read` while the page cache is cold, so the reads in flight
+/// are the workers that are not hashing: one per core keeps the disk nearly
+/// idle, and 16 reaches its parallelism on the benchmark's VM (main.rs, "Cold
+/// cache", has the figures).
+pub(crate) const MIN_DEFAULT_THREADS: usize = 16;
+
 #[derive(Parser, Debug)]
 #[command(
     name = NAME,
@@ -18,9 +25,9 @@ pub(crate) struct Args {
     #[arg(value_name = "PATH")]
     pub(crate) paths: Vec<PathBuf>,
 
-    /// Worker threads (0 = one per core)
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub(crate) threads: usize,
+    /// Worker threads (0 = one per core) [default: one per core, at least 16]
+    #[arg(long, value_name = "N")]
+    pub(crate) threads: Option<usize>,
 
     /// Admission tokens of the pool: jobs in flight stay <= N x levels
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
@@ -59,6 +66,22 @@ pub(crate) struct Args {
 pub(crate) enum Engine {
     Treepool,
     Rayon,
+}
+
+impl Args {
+    /// `--threads`, else `TREEPOOL_NUM_THREADS` (the treepool default's own
+    /// override), else one per core but at least [`MIN_DEFAULT_THREADS`].
+    /// `0` is passed on: treepool's one per core.
+    pub(crate) fn threads(&self) -> usize {
+        if let Some(n) = self.threads {
+            return n;
+        }
+        if std::env::var_os(treepool::NUM_THREADS_ENV).is_some() {
+            return 0;
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        cores.max(MIN_DEFAULT_THREADS)
+    }
 }
 
 pub(crate) fn parse_size(s: &str) -> Result<u64, String> {

@@ -53,7 +53,7 @@ impl Pool {
     pub(crate) fn build(args: &Args) -> Result<Pool, String> {
         match args.engine {
             Engine::Treepool => {
-                let mut b = treepool::ThreadPoolBuilder::new().num_threads(args.threads);
+                let mut b = treepool::ThreadPoolBuilder::new().num_threads(args.threads());
                 if let Some(cap) = args.max_inflight {
                     let cap = usize::try_from(cap).map_err(|e| e.to_string())?;
                     b = b.max_inflight(cap);
@@ -61,7 +61,7 @@ impl Pool {
                 b.build().map(Pool::Treepool).map_err(|e| e.to_string())
             }
             Engine::Rayon => rayon::ThreadPoolBuilder::new()
-                .num_threads(args.threads)
+                .num_threads(args.threads())
                 .build()
                 .map(Pool::Rayon)
                 .map_err(|e| e.to_string()),
