@@ -7,8 +7,9 @@
 #
 # Knobs (environment): TREE (the directory to hash; default the sysroot, or with SYNTH=1 a
 # generated tree of SMALL files of 1-64 KiB and LARGE x LARGE_MIB MiB under BENCH_DIR, default
-# /tmp/treepool-dirhash-bench), RUNS (timed runs per command and mode; medians are reported),
-# MODES (default "cold warm"), KEEP=1 keeps the smoke tree.
+# /tmp/treepool-dirhash-bench), RUNS (cold runs per command, default 7) and WARM_RUNS (warm
+# runs, default 15; medians are reported), MODES (default "cold warm"), KEEP=1 keeps the smoke
+# tree.
 #
 # It builds `--release --example dirhash`, checks that every variant prints output
 # byte-identical to the b3sum pipeline (xargs -P16, whose order is not sorted, after sorting
@@ -23,16 +24,18 @@
 # is skipped, with a message, where that file cannot be written); warm: one untimed run of
 # every command first. It measures the peak RSS of each once (warm) with /usr/bin/time -f %M
 # (for a pipeline: its largest process) and prints a markdown table with medians, min-max
-# and each median's ratio to the two b3sum pipelines of the same mode.
+# and each command's ratio to the two b3sum pipelines of the same mode: the median over the
+# rounds of (its time / the pipeline's time in the same round), which a burst of load from
+# other people skews less than a ratio of medians taken at different moments.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 SMOKE=${SMOKE:-0}
 SYNTH=${SYNTH:-$SMOKE}
 if [[ $SMOKE == 1 ]]; then
-    : "${SMALL:=300}" "${LARGE:=2}" "${LARGE_MIB:=8}" "${RUNS:=2}"
+    : "${SMALL:=300}" "${LARGE:=2}" "${LARGE_MIB:=8}" "${RUNS:=2}" "${WARM_RUNS:=2}"
 else
-    : "${SMALL:=4000}" "${LARGE:=4}" "${LARGE_MIB:=256}" "${RUNS:=7}"
+    : "${SMALL:=4000}" "${LARGE:=4}" "${LARGE_MIB:=256}" "${RUNS:=7}" "${WARM_RUNS:=15}"
 fi
 MODES=${MODES:-cold warm}
 BENCH_DIR=${BENCH_DIR:-/tmp/treepool-dirhash-bench}
@@ -134,20 +137,32 @@ stats() { printf '%s\n' "$@" | sort -g | awk '{ t[NR] = $1 } END {
     m = (NR % 2) ? t[(NR + 1) / 2] : (t[NR / 2] + t[NR / 2 + 1]) / 2
     printf "%.3f %.3f %.3f\n", m, t[1], t[NR] }'; }
 
-declare -A TIMES MED MIN MAX
+declare -A TIMES MED MIN MAX RP RX
 for mode in $MODES; do
+    runs=$RUNS
     if [[ $mode == warm ]]; then
+        runs=$WARM_RUNS
         for i in "${!CMDS[@]}"; do bash -c "${CMDS[$i]} >/dev/null"; done
     fi
-    for ((r = 0; r < RUNS; r++)); do
-        echo "$mode round $((r + 1))/$RUNS" >&2
+    declare -A ROUND=()
+    for ((r = 0; r < runs; r++)); do
+        echo "$mode round $((r + 1))/$runs" >&2
         for i in "${!CMDS[@]}"; do
-            TIMES[$mode,$i]+="$(timed "$i" "$mode") "
+            ROUND[$i]=$(timed "$i" "$mode")
+            TIMES[$mode,$i]+="${ROUND[$i]} "
+        done
+        for i in "${!CMDS[@]}"; do
+            RP[$mode,$i]+="$(awk -v a="${ROUND[$i]}" -v b="${ROUND[$PIPE]}" 'BEGIN { print a / b }') "
+            RX[$mode,$i]+="$(awk -v a="${ROUND[$i]}" -v b="${ROUND[$XARGS]}" 'BEGIN { print a / b }') "
         done
     done
     for i in "${!CMDS[@]}"; do
-        # shellcheck disable=SC2086 # the list is numbers separated by spaces
-        read -r MED[$mode,$i] MIN[$mode,$i] MAX[$mode,$i] < <(stats ${TIMES[$mode,$i]})
+        # shellcheck disable=SC2086 # the lists are numbers separated by spaces
+        {
+            read -r MED[$mode,$i] MIN[$mode,$i] MAX[$mode,$i] < <(stats ${TIMES[$mode,$i]})
+            read -r RP[$mode,$i] _ _ < <(stats ${RP[$mode,$i]})
+            read -r RX[$mode,$i] _ _ < <(stats ${RX[$mode,$i]})
+        }
         echo "$mode ${NAMES[$i]}: ${TIMES[$mode,$i]}" >&2
     done
 done
@@ -157,10 +172,11 @@ for i in "${!CMDS[@]}"; do
 done
 
 # --- report ----------------------------------------------------------------------------
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f×", a / (b > 0 ? b : 1e-9) }'; }
+ratio() { awk -v r="$1" 'BEGIN { printf "%.2f×", r }'; }
 echo
 echo "dirhash benchmark: $WHAT: $FILES files, $((BYTES / 1024 / 1024)) MiB; $(nproc) cores;" \
-     "median of $RUNS runs per mode, commands alternating; cold = page cache dropped before every run"
+     "medians of $RUNS cold and $WARM_RUNS warm runs, commands alternating in rounds;" \
+     "cold = page cache dropped before every run; ratios = median of the per-round ratios"
 echo
 header="| command |" rule="|---|"
 for mode in $MODES; do
@@ -173,8 +189,7 @@ for i in "${!CMDS[@]}"; do
     row="| ${NAMES[$i]} |"
     for mode in $MODES; do
         row+=" ${MED[$mode,$i]} | ${MIN[$mode,$i]}–${MAX[$mode,$i]} |"
-        row+=" $(ratio "${MED[$mode,$i]}" "${MED[$mode,$PIPE]}") |"
-        row+=" $(ratio "${MED[$mode,$i]}" "${MED[$mode,$XARGS]}") |"
+        row+=" $(ratio "${RP[$mode,$i]}") | $(ratio "${RX[$mode,$i]}") |"
     done
     echo "$row $(awk -v k="${RSS[$i]}" 'BEGIN { printf "%.1f", k / 1024 }') |"
 done

@@ -8,8 +8,10 @@
 //! cargo run --release --example dirhash -- [OPTIONS] [PATH]...
 //!
 //!   PATH                  files or directories to hash (default: `.`)
-//!   --threads N           worker threads (0 = one per core, the default)
-//!   --max-inflight N      admission tokens of the pool (default: the pool's default)
+//!   --threads N           worker threads (0 = one per core; default: one per
+//!                         core but at least 16, see "Cold cache")
+//!   --max-inflight N      admission tokens of the pool (default: the pool's
+//!                         default, 2 per thread)
 //!   --piece-size BYTES    split granularity and read-buffer size (default 1 MiB;
 //!                         suffixes K, M, G are accepted; at least 1024)
 //!   --check FILE          verify a b3sum-format list (FILE `-` is stdin), like `b3sum --check`
@@ -43,6 +45,50 @@
 //! The hidden `--engine rayon` runs the very same walker on `rayon::scope` and
 //! `rayon::join`, for the speed comparison in `benches/dirhash.sh`.
 //!
+//! # Cold cache: how it reaches the disk's parallelism
+//!
+//! A first run over a tree finds the page cache cold, and then a walk is bound
+//! by the latency of each `open` and `read`, not by hashing: a worker that
+//! waits for the disk hashes nothing, so the reads in flight are the workers
+//! that are not hashing. With one worker per core, a 2-core machine keeps about
+//! two reads in flight and the disk idles. So, unless `--threads` says
+//! otherwise, dirhash runs **one worker per core, but at least 16**
+//! (`cli::MIN_DEFAULT_THREADS`; `TREEPOOL_NUM_THREADS` still overrides it), and
+//! the pool's default cap of 2 tokens per thread. On a machine with 16 cores or
+//! more that is the old default; below it, the extra threads cost a warm run
+//! nothing measurable (they block or hash; the kernel shares the cores), and
+//! they are what turns a cold run from latency-bound into bandwidth-bound.
+//!
+//! Chosen by measurement on the Rust sysroot (52,073 files, 1.2 GiB) on a
+//! 2-core shared VM, page cache dropped before every run, medians of 3–5
+//! alternating runs (`benches/dirhash.sh` has the full table, with the b3sum
+//! pipelines):
+//!
+//! ```text
+//!                                                          cold     warm
+//! one thread per core (the old default)                 5.4–6.0 s  0.51–0.64 s
+//! --threads 8                                           2.95–3.1 s 0.52 s
+//! --threads 16 (the default now)                        2.5–2.8 s  0.54 s
+//! --threads 24 / 32                                     2.8 / 3.0 s
+//! 2 threads + posix_fadvise(WILLNEED) on every file
+//!   of a directory before spawning its jobs             3.0–4.4 s
+//! 16 threads + the same hints                           2.5–2.7 s  (no gain)
+//! 2 hashing threads + an I/O pool of 16 threads (below) 4.3–4.9 s  0.53 s
+//! ```
+//!
+//! The I/O pool design was: every read first tries `preadv2(RWF_NOWAIT)` on
+//! the CPU worker (a warm cache answers at once, no hand-off), and a read that
+//! would wait goes to a second treepool pool of 16 threads with `install`,
+//! admitted on the caller's credit, while the CPU worker runs other jobs of its
+//! pool on top (buffers in flight bounded by the CPU pool's tokens). It kept up
+//! to 19 reads in flight but paid two thread wake-ups per cold file (the I/O
+//! thread's and the waiting CPU worker's), which on two busy shared cores cost
+//! more than the reads it overlapped; moving `open` to the I/O pool as well was
+//! slower still (6.3 s). Read-ahead hints gave nothing on top of 16 threads and
+//! an extra `open` per file when warm. More threads is the simplest design that
+//! wins, so that is the default; every figure above is from the same session,
+//! with other people compiling on the machine, so compare rows, not runs.
+//!
 //! # Memory
 //!
 //! Files are read with positional reads (`FileExt::read_at`) into bounded
@@ -63,8 +109,11 @@
 //! flight (the treepool contract, invariant B2), so even a job that held its
 //! buffer across pool calls would stay within `piece_size × max_inflight ×
 //! levels`; with this code the tighter `piece_size × threads` holds. With the
-//! defaults (1 MiB pieces) a 192 MB file is hashed in well under 100 MB of RSS
-//! (the `bounded_rss_192mb_file` test checks it). With `--mmap` the mapped
+//! defaults on a machine of up to 16 cores (16 threads, `max_inflight` 32,
+//! 1 MiB pieces) the read buffers take at most 1 MiB × min(16, 32 × levels) =
+//! 16 MiB, so a 192 MB file is hashed well under 100 MB of RSS (the
+//! `bounded_rss_192mb_file` test checks it: about 20 MB with the defaults, in
+//! a debug build; `--stats` prints this bound for the run). With `--mmap` the mapped
 //! pages of the file count toward the RSS as the kernel faults them in (they
 //! are page cache, reclaimable, but `ru_maxrss` counts them), so the bound
 //! above is for the default `read()` path only.
@@ -119,6 +168,14 @@
 //! (it shrank, or it is a sysfs-like file) fails with `file shrank while it
 //! was being hashed`. A closed stdout (`dirhash | head`) ends the program
 //! quietly: no message, and the exit code is what it would have been.
+//!
+//! # Layout
+//!
+//! `main.rs` (this file: the shared state and `main`), `cli` (options and
+//! defaults), `engine` (the treepool and rayon pools behind one `Spawner`
+//! trait), `walk` (directories and `find`'s rules), `hasher` (opening, reading
+//! and splitting one file), `output` (b3sum's line format), `check`
+//! (`--check`), `report` (progress bar and `--stats`).
 mod check;
 mod cli;
 mod engine;
