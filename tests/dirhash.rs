@@ -839,7 +839,9 @@ fn default_threads_are_at_least_16_and_the_flags_still_decide() {
     let want = expected(tmp.path(), &[b"tree"]);
     let cores = std::thread::available_parallelism().unwrap().get() as u64;
     let wide = cores.max(16);
-    let cases: [(&[&str], Option<&str>, (u64, u64)); 6] = [
+    // (flags, TREEPOOL_NUM_THREADS, the pool's (threads, max_inflight))
+    type Case<'a> = (&'a [&'a str], Option<&'a str>, (u64, u64));
+    let cases: [Case; 6] = [
         (&[], None, (wide, 2 * wide)),
         (&["--threads", "3"], None, (3, 6)),
         (&["--threads", "0"], None, (cores, 2 * cores)),
