@@ -137,8 +137,10 @@ stats() { printf '%s\n' "$@" | sort -g | awk '{ t[NR] = $1 } END {
     m = (NR % 2) ? t[(NR + 1) / 2] : (t[NR / 2] + t[NR / 2 + 1]) / 2
     printf "%.3f %.3f %.3f\n", m, t[1], t[NR] }'; }
 
-declare -A TIMES MED MIN MAX RP RX
+declare -A TIMES MED MIN MAX RP RX LOAD
+loadavg() { cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo '?'; }
 for mode in $MODES; do
+    LOAD[$mode]=$(loadavg)
     runs=$RUNS
     if [[ $mode == warm ]]; then
         runs=$WARM_RUNS
@@ -165,6 +167,7 @@ for mode in $MODES; do
         }
         echo "$mode ${NAMES[$i]}: ${TIMES[$mode,$i]}" >&2
     done
+    LOAD[$mode]+=" → $(loadavg)"
 done
 declare -a RSS
 for i in "${!CMDS[@]}"; do
@@ -177,6 +180,7 @@ echo
 echo "dirhash benchmark: $WHAT: $FILES files, $((BYTES / 1024 / 1024)) MiB; $(nproc) cores;" \
      "medians of $RUNS cold and $WARM_RUNS warm runs, commands alternating in rounds;" \
      "cold = page cache dropped before every run; ratios = median of the per-round ratios"
+for mode in $MODES; do echo "load average (1 min) over the $mode runs: ${LOAD[$mode]}"; done
 echo
 header="| command |" rule="|---|"
 for mode in $MODES; do
