@@ -871,19 +871,17 @@ fn default_threads_are_at_least_16_and_the_flags_still_decide() {
         );
     }
     let args = ["--engine", "rayon", "--stats", "tree"].map(OsStr::new);
-    let r = run_with(
-        tmp.path(),
-        &args,
-        &[("RAYON_NUM_THREADS", None), ("TREEPOOL_NUM_THREADS", None)],
-        WATCHDOG,
-        true,
-    );
-    assert_eq!(r.code, Some(0), "{}", r.stderr);
-    assert_eq!(r.stdout, want);
-    assert!(
-        r.stderr
-            .contains(&format!("dirhash: rayon: threads {wide}\n")),
-        "{}",
-        r.stderr
-    );
+    for (env, threads) in [(None, wide), (Some("5"), 5)] {
+        let r = run_with(
+            tmp.path(),
+            &args,
+            &[("RAYON_NUM_THREADS", None), ("TREEPOOL_NUM_THREADS", env)],
+            WATCHDOG,
+            true,
+        );
+        assert_eq!(r.code, Some(0), "{env:?}: {}", r.stderr);
+        assert_eq!(r.stdout, want, "{env:?}");
+        let line = format!("dirhash: rayon: threads {threads}\n");
+        assert!(r.stderr.contains(&line), "{env:?}: {}", r.stderr);
+    }
 }

@@ -70,14 +70,18 @@ pub(crate) enum Engine {
 
 impl Args {
     /// `--threads`, else `TREEPOOL_NUM_THREADS` (the treepool default's own
-    /// override), else one per core but at least [`MIN_DEFAULT_THREADS`].
-    /// `0` is passed on: treepool's one per core.
+    /// override, for both engines), else one per core but at least
+    /// [`MIN_DEFAULT_THREADS`]. `0` is passed on: one per core (and a value of
+    /// the variable that is no number is left for treepool to refuse).
     pub(crate) fn threads(&self) -> usize {
         if let Some(n) = self.threads {
             return n;
         }
-        if std::env::var_os(treepool::NUM_THREADS_ENV).is_some() {
-            return 0;
+        if let Some(var) = std::env::var_os(treepool::NUM_THREADS_ENV) {
+            return var
+                .to_str()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
         }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         cores.max(MIN_DEFAULT_THREADS)
