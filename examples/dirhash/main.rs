@@ -73,7 +73,7 @@
 //! 2 threads + posix_fadvise(WILLNEED) on every file
 //!   of a directory before spawning its jobs             3.0–4.4 s
 //! 16 threads + the same hints                           2.5–2.7 s  (no gain)
-//! 2 hashing threads + an I/O pool of 16 threads (below) 4.3–4.9 s  0.53 s
+//! 2 hashing threads + an I/O pool of 16 threads (below) 4.3–5.1 s  0.53 s
 //! ```
 //!
 //! The I/O pool design was: every read first tries `preadv2(RWF_NOWAIT)` on
