@@ -50,14 +50,14 @@
 //! A first run over a tree finds the page cache cold, and then a walk is bound
 //! by the latency of each `open` and `read`, not by hashing: a worker that
 //! waits for the disk hashes nothing, so the reads in flight are the workers
-//! that are not hashing. With one worker per core, a 2-core machine keeps about
-//! two reads in flight and the disk idles. So, unless `--threads` says
+//! that are not hashing. With one worker per core, a 2-core machine keeps at
+//! most two reads in flight and the disk is mostly idle. So, unless `--threads` says
 //! otherwise, dirhash runs **one worker per core, but at least 16**
 //! (`cli::MIN_DEFAULT_THREADS`; `TREEPOOL_NUM_THREADS` still overrides it), and
 //! the pool's default cap of 2 tokens per thread. On a machine with 16 cores or
 //! more that is the old default; below it, the extra threads cost a warm run
 //! nothing measurable (they block or hash; the kernel shares the cores), and
-//! they are what turns a cold run from latency-bound into bandwidth-bound.
+//! they keep up to 16 reads in flight on a cold one.
 //!
 //! Chosen by measurement on the Rust sysroot (52,073 files, 1.2 GiB) on a
 //! 2-core shared VM, page cache dropped before every run, medians of 3–5
@@ -81,16 +81,18 @@
 //! would wait goes to a second treepool pool of 16 threads with `install`,
 //! admitted on the caller's credit, while the CPU worker runs other jobs of its
 //! pool on top (buffers in flight bounded by the CPU pool's tokens). It kept up
-//! to 19 reads in flight but paid two thread wake-ups per cold file (the I/O
-//! thread's and the waiting CPU worker's), which on two busy shared cores cost
-//! more than the reads it overlapped; moving `open` to the I/O pool as well was
-//! slower still (6.3 s). Read-ahead hints gave nothing on top of 16 threads and
-//! an extra `open` per file when warm. More threads is the simplest design that
-//! wins, so that is the default; every figure above is from the same session,
+//! to 19 reads in flight (the I/O pool's `peak_calls_in`) and was still slower,
+//! most likely because it paid two thread wake-ups per cold file (the I/O
+//! thread's and the waiting CPU worker's) on two busy shared cores; moving
+//! `open` to the I/O pool as well was slower still (6.3 s). Read-ahead hints
+//! gave nothing on top of 16 threads and cost an extra `open` per file when
+//! warm. Neither prototype is kept: more threads is the simplest design that
+//! wins, so that is the default. Every figure above is from the same session,
 //! with other people compiling on the machine, so compare rows, not runs. In
 //! the full run of `benches/dirhash.sh` (docs/benchmarks.md) the defaults took
-//! 3.1 s cold, 0.31× the b3sum pipeline's 9.6 s and 0.53× the 5.6 s of
-//! `xargs -P16 b3sum`, where one thread per core took 6.9 s.
+//! 3.1 s cold, 0.34× the b3sum pipeline's 8.7 s and 0.60× the 5.1 s of
+//! `xargs -P16 b3sum`, where one thread per core took 6.8 s; warm, 0.61 s,
+//! 0.45× the pipeline's 1.31 s (one thread per core: 0.64 s, 0.47×).
 //!
 //! # Memory
 //!
