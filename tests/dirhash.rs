@@ -1,6 +1,7 @@
-//! Integration tests for `examples/dirhash.rs`: they run the example binary as a
-//! child process on temporary trees and check its output against the blake3
-//! crate's own single-threaded `blake3::hash` and b3sum's format.
+//! Integration tests for `examples/dirhash/` (main.rs and its modules): they
+//! run the example binary as a child process on temporary trees and check its
+//! output against the blake3 crate's own single-threaded `blake3::hash` and
+//! b3sum's format.
 //!
 //! How the binary is found: Cargo gives integration tests no
 //! `CARGO_BIN_EXE_*` for examples, so the first test that needs it runs
@@ -77,11 +78,26 @@ struct Run {
 
 /// Runs dirhash with `args` in `cwd`, kills it after `deadline`.
 fn run_in(cwd: &Path, args: &[&OsStr], deadline: Duration) -> Run {
-    run_with(cwd, args, deadline, true)
+    run_with(cwd, args, &[], deadline, true)
 }
 
-fn run_with(cwd: &Path, args: &[&OsStr], deadline: Duration, read_stdout: bool) -> Run {
-    let mut child = Command::new(dirhash_bin())
+/// Runs dirhash with `args` in `cwd` and `env` added to (or, with `None`,
+/// removed from) its environment; kills it after `deadline`.
+fn run_with(
+    cwd: &Path,
+    args: &[&OsStr],
+    env: &[(&str, Option<&str>)],
+    deadline: Duration,
+    read_stdout: bool,
+) -> Run {
+    let mut cmd = Command::new(dirhash_bin());
+    for &(key, value) in env {
+        match value {
+            Some(value) => cmd.env(key, value),
+            None => cmd.env_remove(key),
+        };
+    }
+    let mut child = cmd
         .args(args)
         .current_dir(cwd)
         .stdin(Stdio::null())
@@ -623,7 +639,7 @@ fn closed_stdout_ends_quietly() {
     let tmp = TempDir::new("pipe");
     build_tree(tmp.path());
     let args = [OsStr::new("tree")];
-    let r = run_with(tmp.path(), &args, WATCHDOG, false);
+    let r = run_with(tmp.path(), &args, &[], WATCHDOG, false);
     assert_eq!(
         r.code,
         Some(0),
@@ -795,5 +811,77 @@ fn wide_and_deep_tree_under_one_token() {
             "B2: {}",
             r.stderr
         );
+    }
+}
+
+/// Reads `threads N max_inflight M` off the `--stats` line of the pool.
+fn pool_size(stderr: &str) -> (u64, u64) {
+    let line = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("dirhash: treepool: threads "))
+        .unwrap_or_else(|| panic!("no pool line in:\n{stderr}"));
+    let (threads, cap) = line
+        .split_once(" max_inflight ")
+        .unwrap_or_else(|| panic!("no max_inflight in {line}"));
+    (threads.parse().unwrap(), cap.parse().unwrap())
+}
+
+/// The defaults of issue 20: one thread per core but at least 16, so that a
+/// walk over a cold page cache keeps reads in flight (a worker blocked in
+/// `read` hashes nothing), and the pool's default cap of 2 tokens per thread.
+/// `--threads` (0 = one per core), `--max-inflight` and TREEPOOL_NUM_THREADS
+/// still decide when given, the rayon engine gets the same count, and none of
+/// it changes a byte of the output or breaks B1/B2.
+#[test]
+fn default_threads_are_at_least_16_and_the_flags_still_decide() {
+    let tmp = TempDir::new("threads");
+    build_tree(tmp.path());
+    let want = expected(tmp.path(), &[b"tree"]);
+    let cores = std::thread::available_parallelism().unwrap().get() as u64;
+    let wide = cores.max(16);
+    // (flags, TREEPOOL_NUM_THREADS, the pool's (threads, max_inflight))
+    type Case<'a> = (&'a [&'a str], Option<&'a str>, (u64, u64));
+    let cases: [Case; 6] = [
+        (&[], None, (wide, 2 * wide)),
+        (&["--threads", "3"], None, (3, 6)),
+        (&["--threads", "0"], None, (cores, 2 * cores)),
+        (&["--threads", "3", "--max-inflight", "5"], None, (3, 5)),
+        (&[], Some("5"), (5, 10)),
+        (&["--threads", "2"], Some("5"), (2, 4)),
+    ];
+    for (flags, env, size) in cases {
+        let mut args: Vec<&OsStr> = flags.iter().map(OsStr::new).collect();
+        args.extend([OsStr::new("--stats"), OsStr::new("tree")]);
+        let env = [("TREEPOOL_NUM_THREADS", env)];
+        let r = run_with(tmp.path(), &args, &env, WATCHDOG, true);
+        assert_eq!(r.code, Some(0), "{flags:?} {env:?}: {}", r.stderr);
+        assert_eq!(r.stdout, want, "{flags:?} {env:?}");
+        assert_eq!(pool_size(&r.stderr), size, "{flags:?} {env:?}");
+        let (_, cap) = size;
+        let depth = stat_field(&r.stderr, "peak_depth").max(1);
+        assert!(
+            stat_field(&r.stderr, "peak_executing") <= cap,
+            "B1: {}",
+            r.stderr
+        );
+        assert!(
+            stat_field(&r.stderr, "peak_inflight") <= cap * depth,
+            "B2: {}",
+            r.stderr
+        );
+    }
+    let args = ["--engine", "rayon", "--stats", "tree"].map(OsStr::new);
+    for (env, threads) in [(None, wide), (Some("5"), 5)] {
+        let r = run_with(
+            tmp.path(),
+            &args,
+            &[("RAYON_NUM_THREADS", None), ("TREEPOOL_NUM_THREADS", env)],
+            WATCHDOG,
+            true,
+        );
+        assert_eq!(r.code, Some(0), "{env:?}: {}", r.stderr);
+        assert_eq!(r.stdout, want, "{env:?}");
+        let line = format!("dirhash: rayon: threads {threads}\n");
+        assert!(r.stderr.contains(&line), "{env:?}: {}", r.stderr);
     }
 }
