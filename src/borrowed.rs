@@ -27,6 +27,9 @@ std::thread_local! {
 pub fn borrow(seed: WorkerSeed, registry: Arc<Registry>, segment_size: usize) {
     // The thread is anywhere on a stack of any size: the rule reads its bounds.
     let worker = WorkerThread::new(seed, registry, Headroom::new(segment_size, false));
+    // Outside a call the thread looks at no inbox: a broadcast's job pinned to it runs where it
+    // lands instead, never holding a token while it waits for the thread (see `broadcast`).
+    worker.registry().inboxes().close(worker.index());
     BORROWED.with(|b| *b.borrow_mut() = Some(Box::new(worker)));
 }
 
@@ -68,15 +71,18 @@ pub fn enter<T, R>(
         return Err(value);
     }
     set_current_worker(worker);
+    worker.registry().inboxes().open(worker.index());
     let _leave = Leave(worker);
     Ok(f(worker, value))
 }
 
-/// Leaves a call: hands the thread's jobs over and makes it a plain thread again.
+/// Leaves a call: hands the thread's jobs over (its deque's, and the broadcast jobs pinned to
+/// it, which then run on other workers) and makes it a plain thread again.
 struct Leave<'a>(&'a WorkerThread);
 
 impl Drop for Leave<'_> {
     fn drop(&mut self) {
+        self.0.registry().inboxes().close(self.0.index());
         self.0.hand_over_local_jobs();
         set_current_worker(std::ptr::null());
     }

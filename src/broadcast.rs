@@ -501,13 +501,21 @@ impl Inboxes {
         !self.boxes[index].jobs.is_empty()
     }
 
-    /// Worker `index` stops looking at its inbox; every job that reaches it from now on runs
-    /// where its router ran.
+    /// Worker `index` stops looking at its inbox (its pool stops, or the builder's thread of
+    /// `use_current_thread` leaves a call); every job that reaches it from now on runs where its
+    /// router ran, and the caller drains what is left.
     pub fn close(&self, index: usize) {
         // SeqCst store and fence: the worker's half of the handshake with `deliver` (store,
         // fence, then its last look at the inbox in the drain that follows).
         self.boxes[index].closed.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);
+    }
+
+    /// Worker `index` looks at its inbox again (the builder's thread of `use_current_thread`,
+    /// entering a call: `borrowed`).
+    pub fn open(&self, index: usize) {
+        // SeqCst: the flag is one side of the handshake with `deliver`.
+        self.boxes[index].closed.store(false, Ordering::SeqCst);
     }
 
     fn closed(&self, index: usize) -> bool {

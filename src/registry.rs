@@ -1175,11 +1175,15 @@ impl WorkerThread {
         }
     }
 
-    /// Moves every job of this worker's deque to the injector, where any worker finds it: for
-    /// a thread that stops running pool work for a while (`borrowed`), so that no job waits for
-    /// it to come back.
+    /// Moves every job of this worker's deque and of its (closed) broadcast inbox to the
+    /// injector, where any worker finds it: for a thread that stops running pool work for a
+    /// while (`borrowed`), so that no job waits for it to come back.
     pub fn hand_over_local_jobs(&self) {
         while let Some(job) = self.deque.pop() {
+            self.registry.inject(job);
+        }
+        // Its inbox is closed by now: a job that reaches it after this look runs where it lands.
+        while let Some(job) = self.take_pinned() {
             self.registry.inject(job);
         }
     }

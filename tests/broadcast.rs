@@ -534,3 +534,45 @@ fn broadcast_after_spawn_broadcast_runs_after_them_on_every_thread() {
         assert_idle(&other.stats());
     });
 }
+
+/// On a pool whose worker 0 is the builder's thread (`use_current_thread`), a broadcast made
+/// while that thread is outside the pool (here: waiting for the broadcast itself) runs worker
+/// 0's job on another worker instead of holding a token until the thread comes back; inside a
+/// call of that thread, worker 0's job runs on it.
+#[test]
+fn broadcast_while_the_builders_thread_is_outside_its_pool() {
+    watchdog(60, || {
+        for cap in [1, 2] {
+            let pool = Arc::new(
+                treepool::ThreadPoolBuilder::new()
+                    .num_threads(2)
+                    .max_inflight(cap)
+                    .use_current_thread()
+                    .build()
+                    .unwrap(),
+            );
+            let builder = std::thread::current().id();
+            let remote = Arc::clone(&pool);
+            let seen = std::thread::spawn(move || {
+                remote.broadcast(|ctx| (ctx.index(), std::thread::current().id()))
+            })
+            .join()
+            .expect("the broadcast returns");
+            assert_eq!(seen.iter().map(|s| s.0).collect::<Vec<_>>(), [0, 1]);
+            assert!(
+                seen.iter().all(|s| s.1 != builder),
+                "the builder's thread ran pool work outside a call"
+            );
+            let inside =
+                pool.install(|| pool.broadcast(|ctx| (ctx.index(), std::thread::current().id())));
+            assert_eq!(
+                inside[0],
+                (0, builder),
+                "worker 0's job runs on it inside a call"
+            );
+            assert_peak_bounds(&pool.stats(), cap);
+            wait_idle(&pool);
+            assert_idle(&pool.stats());
+        }
+    });
+}
