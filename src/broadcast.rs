@@ -32,7 +32,6 @@
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::Arc;
 
 use crossbeam_deque::{Injector, Steal};
 use crossbeam_utils::CachePadded;
@@ -43,7 +42,7 @@ use crate::pool::{current_registry, detached_job, install_in, ThreadPool};
 use crate::registry::{Registry, WorkerThread};
 use crate::scope::{scope_in_worker, Order, Scope, ScopeHandle};
 use crate::scope_fifo::ScopeFifo;
-use crate::sync::{fence, AtomicBool, Ordering};
+use crate::sync::{fence, Arc, AtomicBool, Ordering};
 
 /// Provides context to a closure called by a broadcast: which worker runs it, and how many do.
 ///

@@ -121,7 +121,27 @@ where
         migrated: thread_mark() != caller,
         _not_send: PhantomData,
     };
-    join_in_worker(worker, || a(context()), || b(context()))
+    join_eagerly(worker, || a(context()), || b(context()))
+}
+
+/// `join` with `b` pushed where thieves see it at once, as rayon's `join` does, instead of kept
+/// private: for `join_context`, whose callers look at `migrated()` and may wait in `a` for `b`
+/// to run on another thread (rayon-core's own `join_context` tests do), which a private half
+/// would never do. It costs a deque push and a fence; the un-stolen `b` is popped back and run
+/// inline, a stolen one admitted by its thief, exactly as a promoted half (`promoted_half`).
+fn join_eagerly<A, B, RA, RB>(worker: &WorkerThread, a: A, b: B) -> (RA, RB)
+where
+    A: FnOnce() -> RA + Send,
+    B: FnOnce() -> RB + Send,
+    RA: Send,
+    RB: Send,
+{
+    let job_b = JoinJob::new(b, worker.index(), worker.current_ptr());
+    // SAFETY: `job_b` stays on this frame until `promoted_half` popped it back or saw its latch
+    // set.
+    worker.push_waking(unsafe { job_b.as_job_ref() });
+    let result_a = JobResult::call(a);
+    join_values(result_a, promoted_half(worker, &job_b))
 }
 
 /// A number that tells the calling thread from every other live thread: the address of a

@@ -340,7 +340,9 @@ pub(crate) fn set_global(registry: Arc<Registry>) -> Result<(), BuildError> {
         Err(unused) => {
             unused.terminate();
             borrowed::release(unused.id());
-            Err(BuildError::new("the global pool has already been built"))
+            Err(BuildError::new(
+                "The global thread pool has already been initialized.",
+            ))
         }
     }
 }

@@ -878,11 +878,9 @@ impl WorkerThread {
     fn promote_oldest(&self) -> bool {
         let half = self.take_own_half();
         if let Some(half) = half {
-            self.deque.push(half);
-            // With the fence of `new_work`, unlike other pushes to the own deque: the thread
-            // that asked may be settling into sleep, and missing it would leave it asleep while
-            // this thread's remaining halves stay private (a sleeper asks no more).
-            self.registry.sleep.new_work();
+            // The thread that asked may be settling into sleep, and missing it would leave it
+            // asleep while this thread's remaining halves stay private (a sleeper asks no more).
+            self.push_waking(half);
         }
         half.is_some()
     }
@@ -936,6 +934,15 @@ impl WorkerThread {
     /// deque at any time.
     pub fn has_local_work(&self) -> bool {
         !self.deque.is_empty() || self.halves.any()
+    }
+
+    /// Pushes a job to this worker's deque with the fence of `Sleep::new_work`, unlike other
+    /// pushes there: a sleeper that is settling down is woken, not missed, for a job that
+    /// another worker must take even if this one never waits (a promoted half, a
+    /// `join_context` half).
+    pub fn push_waking(&self, job: JobRef) {
+        self.deque.push(job);
+        self.registry.sleep.new_work();
     }
 
     /// Pushes a job to this worker's deque, where thieves can take it.

@@ -199,3 +199,29 @@ fn a_private_join_half_is_pending_work() {
         assert_idle(&pool.stats());
     });
 }
+
+/// `a` may wait for `b` to run on another worker (rayon-core's `join_context_second`): `b` is
+/// offered to thieves at once, and then reports `migrated`.
+#[test]
+fn join_context_offers_b_at_once() {
+    watchdog(60, || {
+        let pool = pool(2, 4);
+        let barrier = std::sync::Barrier::new(2);
+        let (a, b) = pool.install(|| {
+            treepool::join_context(
+                |a| {
+                    barrier.wait();
+                    a.migrated()
+                },
+                |b| {
+                    barrier.wait();
+                    b.migrated()
+                },
+            )
+        });
+        assert!(!a && b, "a {a}, b {b}");
+        assert_peak_bounds(&pool.stats(), 4);
+        wait_idle(&pool);
+        assert_idle(&pool.stats());
+    });
+}
