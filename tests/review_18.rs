@@ -1,0 +1,188 @@
+//! Adversarial review of issue 18 (the rayon-core API additions since d237d55): each test here
+//! failed on the commit under review (d282453). They are `#[ignore]`d so the suite stays green;
+//! run one with `cargo test --test review_18 -- --ignored --exact <name>`.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use common::{assert_idle, wait_idle, watchdog};
+use treepool::ThreadPoolBuilder;
+
+/// An in-place scope of pool Y owned by a worker W of pool X: the body's spawn D3 waits for the
+/// credit root's loan (held by D1; Y's only token held by D2), and W's wait runs an X job E that
+/// spawns D4 into the same scope from W: a second waiting child of the credit root.
+fn two_waiting_children_of_the_credit_root() {
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+    let x = common::pool(1, 2);
+    let y = common::pool(1, 1);
+    let ran = AtomicUsize::new(0);
+    let go = AtomicBool::new(false);
+    x.install(|| {
+        y.in_place_scope(|s| {
+            let (ran, go) = (&ran, &go);
+            let hold = move |_: &treepool::Scope<'_>| {
+                common::spin_until(|| go.load(Ordering::SeqCst));
+                std::thread::sleep(Duration::from_millis(100));
+                ran.fetch_add(1, Ordering::SeqCst);
+            };
+            s.spawn(hold); // D1: the credit root's loan
+            s.spawn(hold); // D2: Y's pool token
+            treepool::scope(|xs| {
+                xs.spawn(move |_| {
+                    // E, run by W inside D3's admission wait.
+                    go.store(true, Ordering::SeqCst);
+                    s.spawn(move |_| {
+                        ran.fetch_add(1, Ordering::SeqCst);
+                    }); // D4
+                });
+                s.spawn(move |_| {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                }); // D3
+                go.store(true, Ordering::SeqCst);
+            });
+        });
+    });
+    assert_eq!(ran.load(Ordering::SeqCst), 4);
+    wait_idle(&x);
+    wait_idle(&y);
+    assert_idle(&x.stats());
+    assert_idle(&y.stats());
+}
+
+#[test]
+#[ignore = "finding: two waiting children of an in-place scope's credit root (token.rs register_borrower)"]
+fn in_place_scope_from_another_pool_two_waiting_children() {
+    if std::env::var("REVIEW_CHILD").is_ok() {
+        two_waiting_children_of_the_credit_root();
+        return;
+    }
+    run_ignored_in_child("in_place_scope_from_another_pool_two_waiting_children", 20);
+}
+
+/// `common::in_child` for an `#[ignore]`d test: runs it alone (with `--ignored`) in a child
+/// process with `REVIEW_CHILD=1`, and fails unless it passes within `secs` seconds (a hang, an
+/// abort, or a LeakSanitizer report under ASan all fail it).
+fn run_ignored_in_child(name: &str, secs: u64) {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            name,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("REVIEW_CHILD", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "child {name}: {status}");
+            return;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("child {name}: killed after {secs} s (hang)");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The builder's thread of `use_current_thread` is worker 0 (`treepool::current_thread_index()`
+/// says `Some(0)`), but the pool's own `current_thread_index` says it is none of its workers.
+#[test]
+#[ignore = "finding: pool.current_thread_index() is None on the use_current_thread worker 0"]
+fn use_current_thread_pool_current_thread_index_disagrees() {
+    let (free, method) = watchdog(30, || {
+        std::thread::spawn(|| {
+            let pool = ThreadPoolBuilder::new()
+                .num_threads(2)
+                .use_current_thread()
+                .build()
+                .unwrap();
+            let v = (
+                treepool::current_thread_index(),
+                pool.current_thread_index(),
+            );
+            drop(pool);
+            v
+        })
+        .join()
+        .unwrap()
+    });
+    assert_eq!(free, Some(0));
+    assert_eq!(
+        method,
+        Some(0),
+        "pool.current_thread_index() on its worker 0"
+    );
+}
+
+/// rayon-core's `use_current_thread` doc: jobs spawned into the pool are picked up by the
+/// builder's thread "unless you yield to rayon in some way, like via yield_now(), yield_local(),
+/// or scope()". Here, with one thread, a yield on worker 0 neither runs the queued spawn nor
+/// even reports being in a pool.
+#[test]
+#[ignore = "finding: yield_now() is None on the use_current_thread worker 0 (rayon: it runs the pool's work)"]
+fn use_current_thread_yield_runs_the_queued_spawn() {
+    let (yielded, ran) = watchdog(30, || {
+        std::thread::spawn(|| {
+            let pool = ThreadPoolBuilder::new()
+                .num_threads(1)
+                .use_current_thread()
+                .build()
+                .unwrap();
+            let ran = Arc::new(AtomicUsize::new(0));
+            let r = ran.clone();
+            pool.spawn(move || {
+                r.fetch_add(1, Ordering::SeqCst);
+            });
+            let yielded = treepool::yield_now();
+            let out = (yielded, ran.load(Ordering::SeqCst));
+            pool.install(|| {}); // let it run before the pool goes
+            drop(pool);
+            out
+        })
+        .join()
+        .unwrap()
+    });
+    assert_eq!(yielded, Some(treepool::Yield::Executed));
+    assert_eq!(ran, 1);
+}
+
+/// `BroadcastContext::index` rustdoc: "the index of the worker the job is pinned to, which is the
+/// worker that runs it (unless its pool was dropped meanwhile)". With `use_current_thread` and
+/// the builder's thread outside a call, job 0 runs on worker 1, though the pool is alive.
+#[test]
+#[ignore = "finding: BroadcastContext::index/ThreadPool::broadcast docs false for use_current_thread worker 0"]
+fn broadcast_context_index_names_the_worker_that_runs_it() {
+    let seen = watchdog(30, || {
+        let pool = Arc::new(
+            ThreadPoolBuilder::new()
+                .num_threads(2)
+                .use_current_thread()
+                .build()
+                .unwrap(),
+        );
+        let remote = Arc::clone(&pool);
+        let seen = std::thread::spawn(move || {
+            remote.broadcast(|ctx| (ctx.index(), treepool::current_thread_index()))
+        })
+        .join()
+        .unwrap();
+        drop(pool);
+        seen
+    });
+    for (index, runner) in seen {
+        assert_eq!(Some(index), runner, "job {index} ran on worker {runner:?}");
+    }
+}
