@@ -117,13 +117,7 @@ impl<'scope> Scope<'scope> {
         H: ScopeHandle<'scope> + 'scope,
         F: FnOnce(&H) + Send + 'scope,
     {
-        let handle = HandlePtr(handle, PhantomData);
-        let body = move || {
-            let handle = handle.get();
-            if let JobResult::Panic(payload) = JobResult::call(|| f(handle)) {
-                handle.base().store_panic(payload);
-            }
-        };
+        let body = job_body(handle, f);
         let here = WorkerThread::current();
         let own = self.registry.own(here);
         // The owner of an in-place scope that is no worker of this pool holds none of its
@@ -169,6 +163,35 @@ impl<'scope> Scope<'scope> {
                 if let Err(job) = job.offer(&self.registry) {
                     self.defer(job);
                 }
+            }
+        }
+    }
+
+    /// Spawns `f` as a job of this scope if a token is free right now (the calling job's, as a
+    /// loan, else a pool token, as [`Scope::spawn`] from a worker of the pool; a pool token
+    /// from any other thread), never waiting and never deferring; returns whether it did (else
+    /// `f` is dropped unrun). For callers that can do the work themselves when no token is free
+    /// (the ordered stream, see `ordered`).
+    pub(crate) fn try_spawn<F>(&self, f: F) -> bool
+    where
+        F: FnOnce(&Scope<'scope>) + Send + 'scope,
+    {
+        let own = self.registry.own(WorkerThread::current());
+        let job = HeapJob::new(
+            self.registry.new_lender_on(own),
+            job_body(self, f),
+            &self.latch,
+        );
+        // Counted before it can run; the caller's own count (a body or a job of this scope, or
+        // a thread the body waits for) keeps the latch above zero when the count is taken back.
+        self.latch.increment();
+        match job.offer(&self.registry) {
+            Ok(()) => true,
+            Err(job) => {
+                drop(job);
+                // SAFETY: the latch lives in the scope, which the caller borrows.
+                unsafe { CountLatch::decrement(&self.latch, &self.registry) };
+                false
             }
         }
     }
@@ -291,6 +314,21 @@ pub(crate) trait ScopeHandle<'scope>: Sync {
 impl<'scope> ScopeHandle<'scope> for Scope<'scope> {
     fn base(&self) -> &Scope<'scope> {
         self
+    }
+}
+
+/// The body of a job that runs `f(handle)` and stores its panic in `handle`'s scope.
+fn job_body<'scope, H, F>(handle: &H, f: F) -> impl FnOnce() + Send + 'scope
+where
+    H: ScopeHandle<'scope> + 'scope,
+    F: FnOnce(&H) + Send + 'scope,
+{
+    let handle = HandlePtr(handle, PhantomData);
+    move || {
+        let handle = handle.get();
+        if let JobResult::Panic(payload) = JobResult::call(|| f(handle)) {
+            handle.base().store_panic(payload);
+        }
     }
 }
 
