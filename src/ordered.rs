@@ -22,7 +22,11 @@ use crate::job::{drop_quietly, JobResult};
 use crate::latch::WakeTarget;
 use crate::registry::{wait_on, Registry, WorkerThread};
 use crate::scope::Scope;
-use crate::sync::{fence, Arc, AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use crate::sync::{fence, thread, Arc, AtomicBool, AtomicU8, AtomicUsize, Ordering};
+
+/// How many times a carrier with nothing to claim, or a consumer whose result is not there
+/// yet, yields its thread before it leaves (or waits in earnest).
+const LINGER_ROUNDS: usize = 64;
 
 /// A panic payload.
 type Payload = Box<dyn std::any::Any + Send>;
@@ -325,7 +329,9 @@ impl<I: Iterator, F, O> OrderedMap<'_, '_, I, F, O> {
         done: impl Fn() -> bool,
         own: impl FnMut() -> bool,
     ) {
-        if done() {
+        // A result is often a moment away: spin a little before the wait proper (which parks a
+        // plain thread at once).
+        if (0..LINGER_ROUNDS).any(|_| done() || (thread::yield_now(), false).1) {
             return;
         }
         // Relaxed store, then a SeqCst fence: the waiter's half of the wake handshake (see
@@ -438,6 +444,12 @@ impl<T, O, F> Stream<T, O, F> {
         &self.slots[index % self.slots.len()]
     }
 
+    /// Whether an item was pulled and not claimed yet.
+    fn has_unclaimed(&self) -> bool {
+        // SeqCst: the claimers' half of the exit handshake (see `serve`).
+        self.claimed.load(Ordering::SeqCst) < self.pulled.load(Ordering::SeqCst)
+    }
+
     /// Claims the oldest unclaimed item, if one was pulled.
     fn claim(&self) -> Option<usize> {
         // SeqCst loads: the claimers' half of the exit handshake (see `serve`); the `pulled`
@@ -546,9 +558,17 @@ where
     fn serve(&self, registry: &Registry) {
         loop {
             while self.run_one(registry) {}
+            // Linger a little: the consumer is likely about to pull the next item, and a carrier
+            // that is still here saves a spawn and a wake-up per item.
+            if (0..LINGER_ROUNDS).any(|_| {
+                thread::yield_now();
+                self.has_unclaimed()
+            }) {
+                continue;
+            }
             // SeqCst: see above.
             self.carriers.fetch_sub(1, Ordering::SeqCst);
-            if self.claimed.load(Ordering::SeqCst) >= self.pulled.load(Ordering::SeqCst) {
+            if !self.has_unclaimed() {
                 return;
             }
             // SeqCst: counted in again before it claims.
