@@ -76,6 +76,7 @@ mod stack;
 mod stats;
 mod sync;
 mod token;
+mod try_scope;
 
 pub use broadcast::{broadcast, spawn_broadcast, BroadcastContext};
 pub use builder::{
@@ -90,6 +91,7 @@ pub use pool::{
 pub use scope::Scope;
 pub use scope_fifo::{in_place_scope, in_place_scope_fifo, scope_fifo, spawn_fifo, ScopeFifo};
 pub use stats::Stats;
+pub use try_scope::{try_scope, TryScope};
 
 /// The README's examples, compiled and run as doc tests.
 #[cfg(doctest)]
