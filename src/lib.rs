@@ -23,6 +23,10 @@
 //!
 //! An un-stolen `join` touches no shared state: only a thief admits the second half.
 //!
+//! [`try_scope`] is a scope whose body and jobs return `Result`: the first error cancels it
+//! (later spawns and queued jobs are dropped unrun, [`Stats::cancelled`]) and is what the call
+//! returns once every started job has finished.
+//!
 //! ```
 //! use std::sync::atomic::{AtomicUsize, Ordering};
 //!

@@ -126,7 +126,9 @@ fn enclosing() -> *const Cancel {
         .try_with(Cell::get)
         .unwrap_or((ptr::null(), ptr::null()));
     match WorkerThread::current() {
-        Some(worker) if !cancel.is_null() && worker.current_ptr() == job => cancel,
+        Some(worker) if !cancel.is_null() && !job.is_null() && worker.current_ptr() == job => {
+            cancel
+        }
         _ => ptr::null(),
     }
 }
