@@ -23,6 +23,10 @@
 //!
 //! An un-stolen `join` touches no shared state: only a thief admits the second half.
 //!
+//! [`try_scope`] is a scope whose body and jobs return `Result`: the first error cancels it
+//! (later spawns and queued jobs are dropped unrun, [`Stats::cancelled`]) and is what the call
+//! returns once every started job has finished.
+//!
 //! ```
 //! use std::sync::atomic::{AtomicUsize, Ordering};
 //!
@@ -77,6 +81,7 @@ mod stack;
 mod stats;
 mod sync;
 mod token;
+mod try_scope;
 
 pub use broadcast::{broadcast, spawn_broadcast, BroadcastContext};
 pub use builder::{
@@ -92,6 +97,7 @@ pub use pool::{
 pub use scope::Scope;
 pub use scope_fifo::{in_place_scope, in_place_scope_fifo, scope_fifo, spawn_fifo, ScopeFifo};
 pub use stats::Stats;
+pub use try_scope::{try_scope, TryScope};
 
 /// The README's examples, compiled and run as doc tests.
 #[cfg(doctest)]
