@@ -134,24 +134,29 @@ fn enclosing() -> *const Cancel {
 }
 
 /// Marks a body or a job of a fallible scope as running on this thread until dropped (also
-/// while unwinding), then restores what was marked before.
-struct Entered {
+/// while unwinding), then restores what was marked before. Dropped while unwinding, it cancels
+/// the scope: a panic ends the scope's work as an error does (and wins over it).
+struct Entered<'a> {
+    cancel: &'a Cancel,
     previous: (*const Cancel, *const Lender),
 }
 
-impl Entered {
-    fn new(cancel: &Cancel) -> Self {
+impl<'a> Entered<'a> {
+    fn new(cancel: &'a Cancel) -> Self {
         let job = WorkerThread::current().map_or(ptr::null(), WorkerThread::current_ptr);
         let previous = ENCLOSING
             .try_with(|cell| cell.replace((cancel, job)))
             .unwrap_or((ptr::null(), ptr::null()));
-        Entered { previous }
+        Entered { cancel, previous }
     }
 }
 
-impl Drop for Entered {
+impl Drop for Entered<'_> {
     fn drop(&mut self) {
         let _ = ENCLOSING.try_with(|cell| cell.set(self.previous));
+        if std::thread::panicking() {
+            self.cancel.set();
+        }
     }
 }
 
@@ -202,8 +207,9 @@ impl<'scope, E: Send + 'scope> TryScope<'scope, E> {
     /// way. Each such drop is counted in [`Stats::cancelled`](crate::Stats::cancelled). A job
     /// that already runs is not interrupted: it can poll [`TryScope::is_cancelled`].
     ///
-    /// A panic in `f` (or in the drop of a cancelled `f`) is raised again by the scope call once
-    /// every started job has finished; it wins over any error.
+    /// A panic in `f` cancels the scope as an error does; it (or a panic in the drop of a
+    /// cancelled `f`) is raised again by the scope call once every started job has finished,
+    /// and wins over any error.
     ///
     /// ```
     /// use std::sync::atomic::{AtomicUsize, Ordering};
@@ -360,9 +366,9 @@ where
 /// and is what the call returns: later spawns return at once without running, admitted jobs not
 /// yet started are dropped without running when they come up (their tokens go back as any
 /// job's), and running jobs can poll [`TryScope::is_cancelled`]. Later errors are dropped.
-/// Without an error the call returns `op`'s value. A panic wins over an error: if `op` or any job
-/// panicked, the first panic is raised again, with its payload, once every started job has
-/// finished.
+/// Without an error the call returns `op`'s value. A panic cancels the scope too, and wins over
+/// an error: if `op` or any job panicked, the first panic is raised again, with its payload,
+/// once every started job has finished.
 ///
 /// Cancellation reaches nested fallible scopes: a `try_scope` opened in the body or in a job of
 /// this one (also through [`ThreadPool::try_scope`] into another pool) is cancelled when this

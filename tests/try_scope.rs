@@ -549,6 +549,33 @@ fn panic_of<T>(f: impl FnOnce() -> T) -> Payload {
     }
 }
 
+/// A panic cancels the scope as an error does: at one token on one thread, the first job
+/// panics while the second spawn waits for its token, and no later job runs.
+#[test]
+fn a_panic_cancels_the_scope_too() {
+    watchdog(60, || {
+        let p = pool(1, 1);
+        let ran = AtomicUsize::new(0);
+        let before = p.stats().cancelled;
+        let payload = panic_of(|| {
+            p.try_scope(|s| {
+                s.spawn(|_| panic::panic_any(Payload(9)));
+                for _ in 0..50 {
+                    s.spawn(|_| {
+                        ran.fetch_add(1, Relaxed);
+                        Ok::<(), Failed>(())
+                    });
+                }
+                Ok(())
+            })
+        });
+        assert_eq!(payload, Payload(9));
+        assert_eq!(ran.into_inner(), 0);
+        let stats = settled(&p, 1);
+        assert_eq!(stats.cancelled - before, 50);
+    });
+}
+
 #[test]
 fn a_panic_wins_over_an_error_with_its_payload() {
     watchdog(60, || {
