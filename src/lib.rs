@@ -109,6 +109,7 @@ pub struct ReadmeDoctests;
 #[doc(hidden)]
 pub mod __loom {
     pub use crate::lazy::{PrivateHalves, RequestFlag};
+    pub use crate::ordered::Handoff;
     pub use crate::sleep::Sleep;
     pub use crate::sync::Arc;
     pub use crate::token::{live_lenders, Admission, Lender, LenderRef, Registration, TokenTable};
