@@ -5,6 +5,8 @@
 //!
 //! * `treepool`: `pool.in_place_scope(|s| s.map_ordered(items, f).window(W))`, the consumer on
 //!   the bench's thread (not a worker), `W` = 2 × threads;
+//! * `treepool_in_pool`: the same in `pool.scope`, the consumer on a worker (it runs items itself
+//!   while it waits, so the stream uses the pool's threads only);
 //! * `pariter`: `items.parallel_map_custom(|o| o.threads(T).buffer_size(W), f)` (its default
 //!   buffer is also 2 × threads), which starts its own `T` threads per stream;
 //! * `rayon`: `items.par_bridge().map(f).collect()` into a `Vec`, then a sort by index (rayon
@@ -51,6 +53,20 @@ fn treepool_run(pool: &treepool::ThreadPool, items: u64, micros: u64, window: us
     })
 }
 
+fn treepool_in_pool_run(
+    pool: &treepool::ThreadPool,
+    items: u64,
+    micros: u64,
+    window: usize,
+) -> u64 {
+    pool.scope(|s| {
+        checksum(
+            s.map_ordered(0..items, move |i| work(i, micros))
+                .window(window),
+        )
+    })
+}
+
 fn pariter_run(items: u64, micros: u64, threads: usize, window: usize) -> u64 {
     checksum((0..items).parallel_map_custom(
         |o| o.threads(threads).buffer_size(window),
@@ -76,6 +92,7 @@ fn bench(c: &mut Criterion, name: &str, items: u64, micros: u64) {
     let ry = common::rayon_pool(threads);
     let expect = checksum((0..items).map(|i| work(i, micros)));
     assert_eq!(treepool_run(&tp, items, micros, window), expect);
+    assert_eq!(treepool_in_pool_run(&tp, items, micros, window), expect);
     assert_eq!(pariter_run(items, micros, threads, window), expect);
     assert_eq!(rayon_run(&ry, items, micros), expect);
 
@@ -83,6 +100,9 @@ fn bench(c: &mut Criterion, name: &str, items: u64, micros: u64) {
     g.sampling_mode(SamplingMode::Flat);
     g.bench_function("treepool", |b| {
         b.iter(|| treepool_run(&tp, black_box(items), micros, window))
+    });
+    g.bench_function("treepool_in_pool", |b| {
+        b.iter(|| treepool_in_pool_run(&tp, black_box(items), micros, window))
     });
     g.bench_function("pariter", |b| {
         b.iter(|| pariter_run(black_box(items), micros, threads, window))
