@@ -26,6 +26,9 @@
 //! [`try_scope`] is a scope whose body and jobs return `Result`: the first error cancels it
 //! (later spawns and queued jobs are dropped unrun, [`Stats::cancelled`]) and is what the call
 //! returns once every started job has finished.
+//! [`Scope::map_ordered`] (and [`Scope::try_map_ordered`]) is a pipeline's middle: it maps an
+//! iterator on the pool and hands the results back in input order, within a bounded window of
+//! items pulled and not yet handed back (`docs/guide.md`, "CPU pipelines").
 //!
 //! ```
 //! use std::sync::atomic::{AtomicUsize, Ordering};
