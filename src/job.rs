@@ -457,7 +457,7 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
             // start (the job's token lent out, none free): a hang.
             // SAFETY: the joiner keeps the job alive until it sees the latch set; `func` is
             // taken once (the job left the queues and `PrivateHalves` once).
-            worker.start_job(|| unsafe { *job.result.get() = job.run_inline() });
+            worker.start_job(|| worker.as_part(|| unsafe { *job.result.get() = job.run_inline() }));
             // SAFETY: as above.
             unsafe { Latch::set(&*job.latch, registry) };
             return;

@@ -594,6 +594,9 @@ pub struct WorkerThread {
     /// The job whose spawn this thread waits to admit, innermost (null if none): it has a
     /// child registered for a token, or about to be, so no other code of it may spawn now.
     admitting: Cell<*const Lender>,
+    /// How many `join` halves run here as part of their job (`runs_as_part_of`), each above
+    /// frames of that job that are not its own (see [`WorkerThread::as_part`]).
+    part_depth: Cell<u32>,
     /// The spawn waiting in the innermost help-first loop on this thread (null if none).
     waiting_spawn: Cell<*const WaitingSpawn>,
     /// Where on its stack this thread may start a job (see `stack`).
@@ -659,6 +662,23 @@ impl WorkerThread {
     #[inline]
     pub fn runs_as_part_of(&self, parent: *const Lender) -> bool {
         parent == self.current.get() && !self.current_admits()
+    }
+
+    /// Runs `half`, a `join` half that runs as part of the current job above frames of it that
+    /// are not its own (`runs_as_part_of`), one level deeper in [`WorkerThread::part_depth`].
+    pub fn as_part<T>(&self, half: impl FnOnce() -> T) -> T {
+        self.part_depth.set(self.part_depth.get() + 1);
+        let value = half();
+        self.part_depth.set(self.part_depth.get() - 1);
+        value
+    }
+
+    /// How many `join` halves run on this thread as part of their job now: code that compares
+    /// it with the depth it saw when it started tells its own frames from a half's that runs
+    /// above them with the same current job (`try_scope` links scopes so).
+    #[inline]
+    pub fn part_depth(&self) -> u32 {
+        self.part_depth.get()
     }
 
     /// Whether the current job waits to admit one of its spawns.
@@ -1215,6 +1235,7 @@ impl WorkerThread {
             ),
             spawned_level: Cell::new(None),
             admitting: Cell::new(ptr::null()),
+            part_depth: Cell::new(0),
             waiting_spawn: Cell::new(ptr::null()),
             headroom,
             grants_elsewhere,

@@ -108,28 +108,37 @@ impl Cancel {
     }
 }
 
+/// Where a body or a job of a fallible scope runs: its scope's cancellation state, and the
+/// thread's current job and `join`-half depth (`WorkerThread::part_depth`) when it started.
+type Mark = (*const Cancel, *const Lender, u32);
+
+/// No fallible scope.
+const UNMARKED: Mark = (ptr::null(), ptr::null(), 0);
+
 std::thread_local! {
-    /// The cancellation state of the fallible scope whose body or job runs on this thread, and
-    /// the thread's current job when that body or job started (its own job's lender): null
-    /// pointers if none. Set by [`Entered`], which restores the previous value after each body
-    /// and job, so a job that the thread helps with above them sets its own or leaves this one.
-    static ENCLOSING: Cell<(*const Cancel, *const Lender)> =
-        const { Cell::new((ptr::null(), ptr::null())) };
+    /// The mark of the fallible scope whose body or job runs on this thread, if any. Set by
+    /// [`Entered`], which restores the previous value after each body and job, so a job that the
+    /// thread helps with above them sets its own or leaves this one.
+    static ENCLOSING: Cell<Mark> = const { Cell::new(UNMARKED) };
+}
+
+/// The calling thread's current job and `join`-half depth.
+fn here() -> (*const Lender, u32) {
+    WorkerThread::current().map_or((ptr::null(), 0), |w| (w.current_ptr(), w.part_depth()))
 }
 
 /// The cancellation state of the fallible scope that encloses a call made now on this thread:
-/// the one whose body or job is the thread's current job, else null. A job the thread runs
-/// above that body or job while it waits (helping) is another job: a plain scope's job there
-/// sees the thread-local left by the one below, and is told apart by the current job.
+/// the one whose body or job is running the calling code, else null. Code that the thread runs
+/// above that body or job while it waits is not its own: another job (a plain scope's job there
+/// sees the thread-local left by the one below, and is told apart by the current job), or a
+/// `join` half of the same job run as part of it (its sibling, not inside the scope: told apart
+/// by the half depth).
 fn enclosing() -> *const Cancel {
-    let (cancel, job) = ENCLOSING
-        .try_with(Cell::get)
-        .unwrap_or((ptr::null(), ptr::null()));
-    match WorkerThread::current() {
-        Some(worker) if !cancel.is_null() && !job.is_null() && worker.current_ptr() == job => {
-            cancel
-        }
-        _ => ptr::null(),
+    let (cancel, job, depth) = ENCLOSING.try_with(Cell::get).unwrap_or(UNMARKED);
+    if !cancel.is_null() && !job.is_null() && here() == (job, depth) {
+        cancel
+    } else {
+        ptr::null()
     }
 }
 
@@ -138,15 +147,15 @@ fn enclosing() -> *const Cancel {
 /// the scope: a panic ends the scope's work as an error does (and wins over it).
 struct Entered<'a> {
     cancel: &'a Cancel,
-    previous: (*const Cancel, *const Lender),
+    previous: Mark,
 }
 
 impl<'a> Entered<'a> {
     fn new(cancel: &'a Cancel) -> Self {
-        let job = WorkerThread::current().map_or(ptr::null(), WorkerThread::current_ptr);
+        let (job, depth) = here();
         let previous = ENCLOSING
-            .try_with(|cell| cell.replace((cancel, job)))
-            .unwrap_or((ptr::null(), ptr::null()));
+            .try_with(|cell| cell.replace((cancel, job, depth)))
+            .unwrap_or(UNMARKED);
         Entered { cancel, previous }
     }
 }
@@ -375,8 +384,9 @@ where
 /// one is. An inner scope's error cancels only the inner scope, and is returned to the code that
 /// opened it; propagate it (with `?`) to cancel the outer one too. An inner scope cancelled from
 /// outside without an error of its own returns its body's value. Scopes opened in jobs of a
-/// plain [`scope`](crate::scope) inside a fallible one, or in a stolen `join` half, are not
-/// reached: the link follows the body and the jobs of a fallible scope only.
+/// plain [`scope`](crate::scope) inside a fallible one, or in a `join` half that runs apart
+/// from the body's own code (stolen, or run by a wait inside the body), are not reached: the
+/// link follows the body and the jobs of a fallible scope only.
 ///
 /// **Admission rule**: as [`scope`](crate::scope): on a worker the body runs inline in the
 /// current job (it borrows nothing); from outside a root job that waits for a pool token. Its
