@@ -1,0 +1,337 @@
+//! `pgz`: a parallel gzip on a [`treepool`] pool, with pigz's method, written
+//! through the pool's ordered streaming map.
+//!
+//! # Usage
+//!
+//! ```text
+//! cargo run --release --example pgz -- [OPTIONS] [FILE]...
+//!
+//!   -0 ... -9          compression level (default 6)
+//!   -p, --processes N  compression threads (default: one per core)
+//!   -b, --blocksize K  block size in KiB (default 128, at least 32)
+//!   -c, --stdout       write to standard output, keep the input
+//!   -d, --decompress   decompress (sequentially, as pigz does)
+//!   -k, --keep         keep the input file (default: remove it, like gzip)
+//!   -f, --force        overwrite an existing output; write to a terminal
+//!   -q, --quiet        no progress bar (shown only when stderr is a terminal)
+//! ```
+//!
+//! With no FILE, or `-`, it reads standard input and writes standard output.
+//! `FILE` becomes `FILE.gz`; `-d` needs the `.gz` suffix and writes `FILE`.
+//!
+//! # The method (pigz's, and what it promises)
+//!
+//! The input is cut into blocks of `-b` KiB. Each block is compressed on its
+//! own as raw deflate, primed with the previous block's last 32 KiB as the
+//! dictionary and ended with a sync flush (the last block with a finish), so
+//! the blocks' outputs concatenate into one deflate stream; the whole is ONE
+//! gzip member whose CRC-32 is combined from the blocks' CRCs
+//! (`crc32fast::Hasher::combine`) and whose ISIZE is the length mod 2³². `gzip
+//! -d` and `pigz -d` restore the input byte for byte. The header stores no
+//! name and no time (like `gzip -n`), so the output depends only on the input,
+//! the level and the block size: it is the same for every `-p` and every run
+//! (a stronger promise than pigz's; `tests/pgz.rs` checks it).
+//!
+//! # How it runs in parallel
+//!
+//! One thread (the caller of `compress_stream`) reads the blocks, in
+//! [`codec::Blocks`], each carrying a copy of its predecessor's last 32 KiB,
+//! and writes the results; the pool's workers compress. The blocks go through
+//! `Scope::try_map_ordered`, which hands the compressed blocks back in input
+//! order, pulls the input only as fast as a window of blocks allows, and ends
+//! at the first error (a read error of the input, or of the compressor); the
+//! writer combines the CRCs as the blocks come back, in order.
+//!
+//! # Memory
+//!
+//! A block in the window holds its input (`-b` KiB), its dictionary (32 KiB)
+//! and, once compressed, its output (at most the input plus 0.1 % and 64
+//! bytes; less once written). Every worker keeps one deflate state (about
+//! 300 KiB at level 6 with zlib-rs; more at 8–9). So, with `W` the window (by
+//! default twice the pool's `max_inflight`, i.e. 4 blocks per thread):
+//!
+//! ```text
+//! peak RSS ≈ W × (2 × block + 32 KiB) + threads × 1 MiB + ~4 MiB (binary, buffers)
+//! ```
+//!
+//! which on 2 threads with the defaults (W = 8, 128 KiB blocks) is about 8.3 MiB.
+//!
+//! # Errors
+//!
+//! Every failure prints one line, `pgz: what: why`, on stderr and makes the
+//! exit code 1; the other FILEs are still processed. Output files are written
+//! under a temporary name beside the target and renamed only when complete
+//! (`output`), so a corrupt or truncated input, a read error or a full disk
+//! never leave a partial `FILE.gz` (or `FILE`) behind, and the input is removed
+//! only after the rename. An existing output needs `-f`; compressed data is
+//! not written to a terminal without `-f`.
+//!
+//! # Layout
+//!
+//! `main.rs` (this file: files, options and the parallel driver), `cli` (the
+//! command line), `codec` (blocks and their compression), `gzip` (the
+//! container: header, trailer, CRC combination), `decompress` (`-d`), `output`
+//! (standard output, or a file that appears only when complete).
+mod cli;
+mod codec;
+mod decompress;
+mod gzip;
+mod output;
+
+use std::fmt::Display;
+use std::fs::{self, File};
+use std::io::{self, IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use treepool::{ThreadPool, ThreadPoolBuilder};
+
+use crate::cli::Args;
+use crate::codec::Blocks;
+use crate::gzip::Checksum;
+use crate::output::{AtomicFile, Stdout};
+
+/// The program's name in messages.
+const NAME: &str = "pgz";
+
+/// `e` with `what` before its message (`what: e`), keeping its kind; an OS
+/// error's message loses its `(os error N)` suffix.
+pub(crate) fn ctx(e: io::Error, what: impl Display) -> io::Error {
+    let msg = e.to_string();
+    let msg = match (e.raw_os_error(), msg.rfind(" (os error ")) {
+        (Some(_), Some(i)) => &msg[..i],
+        _ => &msg[..],
+    };
+    io::Error::new(e.kind(), format!("{what}: {msg}"))
+}
+
+/// What one run needs besides the file names.
+struct Job<'a> {
+    args: &'a Args,
+    pool: &'a ThreadPool,
+}
+
+fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(e) => {
+            let _ = e.print();
+            // --help and --version are no failure; a bad option is exit 1,
+            // as in gzip and pigz.
+            return if e.use_stderr() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    output::install_signal_handlers();
+    let pool = match ThreadPoolBuilder::new()
+        .num_threads(args.threads())
+        .thread_name(|i| format!("pgz-{i}"))
+        .build()
+    {
+        Ok(pool) => pool,
+        Err(e) => {
+            eprintln!("{NAME}: cannot start {} threads: {e}", args.threads());
+            return ExitCode::FAILURE;
+        }
+    };
+    let job = Job {
+        args: &args,
+        pool: &pool,
+    };
+    let files = if args.files.is_empty() {
+        vec![PathBuf::from("-")]
+    } else {
+        args.files.clone()
+    };
+    let mut failed = false;
+    for file in &files {
+        let result = if file.as_os_str() == "-" {
+            job.stdin_to_stdout()
+        } else {
+            job.file(file)
+        };
+        if let Err(e) = result {
+            if e.kind() == io::ErrorKind::BrokenPipe {
+                // `pgz -dc x.gz | head`: a closed reader is no error to report.
+                return ExitCode::FAILURE;
+            }
+            eprintln!("{NAME}: {e}");
+            failed = true;
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+impl Job<'_> {
+    /// Standard input to standard output, in either direction.
+    fn stdin_to_stdout(&self) -> io::Result<()> {
+        let mut out = Stdout::new();
+        if self.args.decompress {
+            let progress = self.progress(None);
+            decompress::decompress(io::stdin(), "stdin", &mut out, progress.as_ref())?;
+            finish(progress);
+        } else {
+            self.refuse_terminal()?;
+            let progress = self.progress(None);
+            self.compress(Box::new(io::stdin()), "stdin", &mut out, progress.as_ref())?;
+            finish(progress);
+        }
+        out.finish()
+    }
+
+    /// One named file: to `FILE.gz` (or from it, with `-d`), or to standard
+    /// output with `-c`; the input is removed after success unless `-k`/`-c`.
+    fn file(&self, path: &Path) -> io::Result<()> {
+        let shown = path.display().to_string();
+        let target = if self.args.decompress {
+            match path.to_str().and_then(|p| p.strip_suffix(".gz")) {
+                Some(stem) if !stem.is_empty() && !stem.ends_with('/') => Some(PathBuf::from(stem)),
+                _ if self.args.stdout => None,
+                _ => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                        "{shown}: unknown suffix (expected .gz); use -c to decompress it to stdout"
+                    ),
+                    ))
+                }
+            }
+        } else {
+            if !self.args.stdout && path.extension().is_some_and(|e| e == "gz") {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{shown}: already has the .gz suffix; unchanged"),
+                ));
+            }
+            let mut name = path.as_os_str().to_owned();
+            name.push(".gz");
+            Some(PathBuf::from(name))
+        };
+        let input = File::open(path).map_err(|e| ctx(e, &shown))?;
+        let meta = input.metadata().map_err(|e| ctx(e, &shown))?;
+        if !meta.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{shown}: not a regular file"),
+            ));
+        }
+        let progress = self.progress(Some(meta.len()));
+        match target {
+            Some(target) if !self.args.stdout => {
+                let mut out = AtomicFile::create(&target, self.args.force)?;
+                self.run(input, &shown, &mut out, progress.as_ref())?;
+                out.commit(Some(&meta))?;
+                finish(progress);
+                if !self.args.keep {
+                    fs::remove_file(path).map_err(|e| ctx(e, format!("{shown}: cannot remove")))?;
+                }
+                Ok(())
+            }
+            _ => {
+                if !self.args.decompress {
+                    self.refuse_terminal()?;
+                }
+                let mut out = Stdout::new();
+                self.run(input, &shown, &mut out, progress.as_ref())?;
+                finish(progress);
+                out.finish()
+            }
+        }
+    }
+
+    /// Compresses or decompresses `input` into `out`.
+    fn run(
+        &self,
+        input: File,
+        name: &str,
+        out: &mut impl Write,
+        progress: Option<&ProgressBar>,
+    ) -> io::Result<()> {
+        if self.args.decompress {
+            decompress::decompress(input, name, out, progress)
+        } else {
+            self.compress(Box::new(input), name, out, progress)
+        }
+    }
+
+    /// gzip's rule: compressed data is not written to a terminal without -f.
+    fn refuse_terminal(&self) -> io::Result<()> {
+        if !self.args.force && io::stdout().is_terminal() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "compressed data not written to a terminal (use -f to force)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// A progress bar on stderr when it is a terminal (and not `-q`), over
+    /// `len` input bytes when known.
+    fn progress(&self, len: Option<u64>) -> Option<ProgressBar> {
+        if self.args.quiet || !io::stderr().is_terminal() {
+            return None;
+        }
+        let pb = match len {
+            Some(len) => ProgressBar::new(len).with_style(
+                ProgressStyle::with_template(
+                    "{bar:40} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            ),
+            None => ProgressBar::new_spinner().with_style(
+                ProgressStyle::with_template("{spinner} {bytes} {binary_bytes_per_sec}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            ),
+        };
+        pb.set_draw_target(ProgressDrawTarget::stderr());
+        Some(pb)
+    }
+
+    /// Compresses all of `input` (named `name` in messages) into one gzip
+    /// member in `out`: the header, the blocks in input order, the trailer.
+    fn compress(
+        &self,
+        input: Box<dyn Read + Send>,
+        name: &str,
+        out: &mut impl Write,
+        progress: Option<&ProgressBar>,
+    ) -> io::Result<()> {
+        let level = self.args.level();
+        out.write_all(&gzip::header(level))?;
+        let mut sum = Checksum::default();
+        let blocks = Blocks::new(input, self.args.block_size())
+            .map(|b| b.map_err(|e| ctx(e, format_args!("{name}: read error"))));
+        self.pool.in_place_scope(|_s| -> io::Result<()> {
+            // SEQUENTIAL STAND-IN until `Scope::try_map_ordered` is on main: the
+            // one line to replace is this one, with
+            // `_s.try_map_ordered(blocks, |b| codec::compress(b?, level)).window(w)`.
+            let compressed = blocks.map(|b| codec::compress(b?, level));
+            for c in compressed {
+                let c = c?;
+                out.write_all(&c.deflate)?;
+                sum.append(&c.crc, c.len);
+                if let Some(pb) = progress {
+                    pb.inc(c.len);
+                }
+            }
+            Ok(())
+        })?;
+        out.write_all(&sum.trailer())
+    }
+}
+
+/// Clears a finished progress bar.
+fn finish(progress: Option<ProgressBar>) {
+    if let Some(pb) = progress {
+        pb.finish_and_clear();
+    }
+}
