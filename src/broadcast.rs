@@ -65,8 +65,14 @@ impl BroadcastContext<'_> {
     }
 
     /// Our index amongst the broadcast threads (ranges from `0..self.num_threads()`): the index
-    /// of the worker the job is pinned to, which is the worker that runs it (unless its pool
-    /// was dropped meanwhile; see [`ThreadPool::spawn_broadcast`]).
+    /// of the worker the job is pinned to, which is the worker that runs it, with two
+    /// exceptions: a job pinned to worker 0 of a pool built with
+    /// [`use_current_thread`](crate::ThreadPoolBuilder::use_current_thread) that reaches it
+    /// while the builder's thread is outside every call into the pool runs on another worker
+    /// (rayon's waits for the thread to call in; treepool never holds a token for a thread
+    /// that may not come back); and a job whose pool was dropped meanwhile may run on the
+    /// worker that holds it (see [`ThreadPool::spawn_broadcast`]). Each index is still given
+    /// to exactly one job of the broadcast.
     #[inline]
     pub fn index(&self) -> usize {
         self.index
@@ -134,7 +140,10 @@ where
 
 impl ThreadPool {
     /// Executes `op` within every thread of this pool, once on each, and returns their results
-    /// in the order of the threads' indices. `op` may borrow from the caller's stack.
+    /// in the order of the threads' indices. `op` may borrow from the caller's stack. (One
+    /// exception to "on each": with [`use_current_thread`](crate::ThreadPoolBuilder::use_current_thread),
+    /// worker 0's job runs on another worker if the builder's thread is outside every call
+    /// into the pool when the job reaches it; see [`BroadcastContext::index`].)
     ///
     /// Each thread runs its call after it has exhausted its own deque, before it takes work
     /// from the injector or steals from other workers (as in rayon), also while it waits

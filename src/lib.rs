@@ -66,6 +66,7 @@ mod job;
 mod join;
 mod latch;
 mod lazy;
+mod ordered;
 mod pacing;
 mod pool;
 mod registry;
@@ -83,6 +84,7 @@ pub use builder::{
     DEFAULT_TOKENS_PER_THREAD, NUM_THREADS_ENV,
 };
 pub use join::FnContext;
+pub use ordered::OrderedMap;
 pub use pool::{
     current_num_threads, current_thread_has_pending_tasks, current_thread_index, join,
     join_context, scope, spawn, yield_local, yield_now, ThreadPool, Yield,

@@ -130,32 +130,29 @@ impl ThreadPool {
     }
 
     /// The calling thread's index in this pool, if it is one of its workers (`None` on a
-    /// worker of another pool, or outside every pool).
+    /// worker of another pool, or outside every pool). The builder's thread of a pool built
+    /// with [`use_current_thread`](crate::ThreadPoolBuilder::use_current_thread) is worker 0,
+    /// inside calls into the pool and between them.
     pub fn current_thread_index(&self) -> Option<usize> {
-        self.own_worker().map(WorkerThread::index)
+        on_worker(Some(&self.registry), WorkerThread::index)
     }
 
     /// Whether the calling thread, a worker of this pool, has work of its own pending (see
     /// [`current_thread_has_pending_tasks`]); `None` if it is not one of this pool's workers.
     pub fn current_thread_has_pending_tasks(&self) -> Option<bool> {
-        self.own_worker().map(WorkerThread::has_local_work)
+        on_worker(Some(&self.registry), WorkerThread::has_local_work)
     }
 
     /// [`yield_now`] if the calling thread is a worker of this pool, else `None`.
     pub fn yield_now(&self) -> Option<Yield> {
-        self.own_worker()
-            .map(|w| Yield::from_ran(w.yield_one(false)))
+        on_worker(Some(&self.registry), |w| {
+            Yield::from_ran(w.yield_one(false))
+        })
     }
 
     /// [`yield_local`] if the calling thread is a worker of this pool, else `None`.
     pub fn yield_local(&self) -> Option<Yield> {
-        self.own_worker()
-            .map(|w| Yield::from_ran(w.yield_one(true)))
-    }
-
-    /// The calling thread's worker state, if it is a worker of this pool.
-    fn own_worker(&self) -> Option<&WorkerThread> {
-        self.registry.own(WorkerThread::current())
+        on_worker(Some(&self.registry), |w| Yield::from_ran(w.yield_one(true)))
     }
 
     /// The number of worker threads.
@@ -508,7 +505,7 @@ pub fn current_num_threads() -> usize {
 /// assert_eq!(pool.install(treepool::current_thread_has_pending_tasks), Some(false));
 /// ```
 pub fn current_thread_has_pending_tasks() -> Option<bool> {
-    WorkerThread::current().map(WorkerThread::has_local_work)
+    on_worker(None, WorkerThread::has_local_work)
 }
 
 /// What a yield did: see [`yield_now`] and [`yield_local`].
@@ -550,11 +547,24 @@ impl Yield {
 /// assert_eq!(treepool::yield_now(), None);
 /// ```
 pub fn yield_now() -> Option<Yield> {
-    WorkerThread::current().map(|w| Yield::from_ran(w.yield_one(false)))
+    on_worker(None, |w| Yield::from_ran(w.yield_one(false)))
 }
 
 /// [`yield_now`] restricted to the calling worker's own deque: never the injector, never
 /// another worker's deque. `None` outside every pool.
 pub fn yield_local() -> Option<Yield> {
-    WorkerThread::current().map(|w| Yield::from_ran(w.yield_one(true)))
+    on_worker(None, |w| Yield::from_ran(w.yield_one(true)))
+}
+
+/// Runs `f` on the calling thread's worker state, if it is a worker of `pool` (of any pool if
+/// `None`): the worker it runs as now, else the builder's thread of `use_current_thread`
+/// outside a call, entered for this one as its pool's worker 0 (so a yield there runs the
+/// pool's work, as rayon's does). `None` on any other thread.
+fn on_worker<T>(pool: Option<&Registry>, f: impl FnOnce(&WorkerThread) -> T) -> Option<T> {
+    match WorkerThread::current() {
+        Some(worker) => pool
+            .map_or(true, |pool| pool.id() == worker.registry().id())
+            .then(|| f(worker)),
+        None => borrowed::enter(pool.map(Registry::id), f, |worker, f| f(worker)).ok(),
+    }
 }

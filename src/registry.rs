@@ -1028,6 +1028,41 @@ impl WorkerThread {
         }
     }
 
+    /// Waits until `done`, running only what `own` runs (work of the waiting code's own, such
+    /// as the items of an ordered stream; it returns whether it ran something) and the jobs
+    /// pinned to this worker (a broadcast waits for this very thread), and sleeping otherwise.
+    /// Never a job from a deque or the injector: such a job could bury the wait under unrelated
+    /// work that outlives `done` (rayon #858), so whatever `done` waits for must progress
+    /// without this thread (design §4.13). Whoever makes `done` true wakes this worker by index
+    /// ([`WakeTarget::Worker`](crate::latch::WakeTarget)). A wake that was meant for an idle
+    /// worker (new work announced while this one slept) is passed on to another sleeper.
+    pub fn wait_for_own(&self, done: impl Fn() -> bool, mut own: impl FnMut() -> bool) {
+        let sleep = &self.registry.sleep;
+        let mut idle = 0;
+        while !done() {
+            if own() {
+                idle = 0;
+                continue;
+            }
+            if let Some(job) = self.take_pinned() {
+                // SAFETY: a pinned job is admitted and runs once, on its worker.
+                unsafe { job.run() };
+                idle = 0;
+                continue;
+            }
+            if idle < SPIN_ROUNDS {
+                idle += 1;
+                thread::yield_now();
+                continue;
+            }
+            let announced = sleep.announcements();
+            sleep.sleep(self.index, || self.has_pinned(), &done);
+            if sleep.announcements() != announced {
+                sleep.new_work();
+            }
+        }
+    }
+
     /// Runs a job stolen from the deque of worker `victim`, then pauses for `STEAL_BACKOFF` if
     /// `pacing` says the job was not worth moving (see `pacing`).
     fn run_stolen(&self, job: JobRef, victim: usize, pacing: &mut Pacing) {

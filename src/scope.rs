@@ -15,7 +15,7 @@ use crate::chaos;
 use crate::job::{drop_quietly, Deferred, HeapJob, JobResult};
 use crate::latch::CountLatch;
 use crate::registry::{wait_on, Registry, WorkerThread};
-use crate::sync::{Arc, AtomicPtr, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicPtr, Ordering};
 use crate::token::LenderRef;
 
 /// A scope in which jobs may be spawned that borrow data living at least as long as `'scope`.
@@ -43,6 +43,9 @@ pub struct Scope<'scope> {
     /// For an in-place scope owned by another pool's worker: the root job, on the caller's
     /// credit, whose children the owner's spawns are (see `scope_fifo`); released on drop.
     credit: Option<LenderRef>,
+    /// Whether a spawn of that owner waits for admission as a child of `credit` right now (see
+    /// [`Scope::owner_admits`]). Only the owner's thread reads or writes it.
+    credit_admits: AtomicBool,
     /// Invariant in `'scope`, and spawned closures need not be `Sync`: like rayon's scope.
     marker: PhantomData<SpawnedFn<'scope>>,
 }
@@ -76,7 +79,10 @@ impl<'scope> Scope<'scope> {
     /// worker of the scope's pool is the one exception: it holds none of this pool's tokens, so
     /// its spawns wait for admission. From a plain thread `f` is a root that waits (parks) for
     /// a pool token; from another pool's worker `f` is a child of the scope's credit root (its
-    /// loan, else a pool token), and the worker runs its own pool's jobs while it waits.
+    /// loan, else a pool token), and the worker runs its own pool's jobs while it waits. A spawn
+    /// that one of those jobs makes into this scope meanwhile, on the same thread, does not
+    /// wait: it is offered or left to the owner, as from any other thread (the credit root has
+    /// one waiting child at most).
     ///
     /// A panic in `f` is raised again by the scope call once every job has finished.
     ///
@@ -111,18 +117,20 @@ impl<'scope> Scope<'scope> {
         H: ScopeHandle<'scope> + 'scope,
         F: FnOnce(&H) + Send + 'scope,
     {
-        let handle = HandlePtr(handle, PhantomData);
-        let body = move || {
-            let handle = handle.get();
-            if let JobResult::Panic(payload) = JobResult::call(|| f(handle)) {
-                handle.base().store_panic(payload);
-            }
-        };
+        let body = job_body(handle, f);
         let here = WorkerThread::current();
         let own = self.registry.own(here);
-        let lender = match (own, &self.credit) {
+        // The owner of an in-place scope that is no worker of this pool holds none of its
+        // tokens, so its spawns may wait; but only one at a time on the credit root (a lender
+        // has one waiting borrower at most): a spawn made while another waits (by a job that
+        // wait runs on the owner's thread) is left to the owner, as from any other thread.
+        let owner_waits = own.is_none()
+            && self.latch.owner().is_caller(here)
+            // Relaxed: only the owner's thread touches the flag.
+            && !self.credit_admits.load(Ordering::Relaxed);
+        let lender = match &self.credit {
             // SAFETY: the credit root lives as long as the scope, which outlives its jobs.
-            (None, Some(credit)) if self.latch.owner().is_caller(here) => unsafe {
+            Some(credit) if owner_waits => unsafe {
                 self.registry.new_child(LenderRef::as_ptr(credit))
             },
             _ => self.registry.new_lender_on(own),
@@ -135,16 +143,17 @@ impl<'scope> Scope<'scope> {
             (Some(worker), Order::Pinned(target)) => {
                 crate::broadcast::admit_pinned(job, target, worker)
             }
-            // The owner of an in-place scope, which is no worker of this pool and so holds none
-            // of its tokens: a plain thread may wait for a pool token; another pool's worker
-            // spawns children of its credit root, admitted on its loan or a pool token at once
-            // or queued, never waiting (design §1.4, §4.10).
-            _ if self.latch.owner().is_caller(here) => {
+            // The owner of an in-place scope, which is no worker of this pool: a plain thread
+            // waits (parks) for a pool token; another pool's worker spawns a child of its credit
+            // root, admitted on its loan or a pool token, waiting and running its own pool's
+            // jobs meanwhile (design §1.4, §4.10).
+            _ if owner_waits => {
                 self.latch.increment();
-                job.admit(&self.registry, here);
+                self.owner_admits(|| job.admit(&self.registry, here));
             }
-            // Another pool's worker, or a thread outside every pool that a job of this scope
-            // started and waits for: waiting for a token here could wait for the owner's.
+            // Another pool's worker, a thread outside every pool that a job of this scope
+            // started and waits for, or the owner while one of its spawns waits: waiting for a
+            // token here could wait for the owner's, or be a second borrower of the credit root.
             (None, _) => {
                 debug_assert!(
                     !matches!(order, Order::Pinned(_)),
@@ -156,6 +165,50 @@ impl<'scope> Scope<'scope> {
                 }
             }
         }
+    }
+
+    /// Spawns `f` as a job of this scope if a token is free right now (the calling job's, as a
+    /// loan, else a pool token, as [`Scope::spawn`] from a worker of the pool; a pool token
+    /// from any other thread), never waiting and never deferring; returns whether it did (else
+    /// `f` is dropped unrun). For callers that can do the work themselves when no token is free
+    /// (the ordered stream, see `ordered`).
+    pub(crate) fn try_spawn<F>(&self, f: F) -> bool
+    where
+        F: FnOnce(&Scope<'scope>) + Send + 'scope,
+    {
+        let own = self.registry.own(WorkerThread::current());
+        let job = HeapJob::new(
+            self.registry.new_lender_on(own),
+            job_body(self, f),
+            &self.latch,
+        );
+        // Counted before it can run; the caller's own count (a body or a job of this scope, or
+        // a thread the body waits for) keeps the latch above zero when the count is taken back.
+        self.latch.increment();
+        match job.offer(&self.registry) {
+            Ok(()) => true,
+            Err(job) => {
+                drop(job);
+                // SAFETY: the latch lives in the scope, which the caller borrows.
+                unsafe { CountLatch::decrement(&self.latch, &self.registry) };
+                false
+            }
+        }
+    }
+
+    /// Runs `admit`, an admission by the scope's owner that may wait, with the credit root
+    /// marked as admitting while it has one: spawns that the wait's jobs make on this thread
+    /// meanwhile are then deferred (see [`Scope::spawn`]) instead of waiting on the root too.
+    fn owner_admits(&self, admit: impl FnOnce()) {
+        if self.credit.is_none() {
+            // A plain thread's wait parks: nothing runs above it.
+            return admit();
+        }
+        // Relaxed: only the owner's thread touches the flag. An admission does not unwind (the
+        // jobs a wait runs catch their panics), so the flag is always cleared.
+        self.credit_admits.store(true, Ordering::Relaxed);
+        admit();
+        self.credit_admits.store(false, Ordering::Relaxed);
     }
 
     /// The scope's pool.
@@ -212,7 +265,7 @@ impl<'scope> Scope<'scope> {
         let parent = self.credit.as_ref().map_or(ptr::null(), LenderRef::as_ptr);
         for job in jobs.into_iter().rev() {
             // SAFETY: `parent` is null or the credit root, alive while the scope is.
-            unsafe { job.admit_as_child(&self.registry, parent) };
+            self.owner_admits(|| unsafe { job.admit_as_child(&self.registry, parent) });
         }
     }
 
@@ -264,6 +317,21 @@ impl<'scope> ScopeHandle<'scope> for Scope<'scope> {
     }
 }
 
+/// The body of a job that runs `f(handle)` and stores its panic in `handle`'s scope.
+fn job_body<'scope, H, F>(handle: &H, f: F) -> impl FnOnce() + Send + 'scope
+where
+    H: ScopeHandle<'scope> + 'scope,
+    F: FnOnce(&H) + Send + 'scope,
+{
+    let handle = HandlePtr(handle, PhantomData);
+    move || {
+        let handle = handle.get();
+        if let JobResult::Panic(payload) = JobResult::call(|| f(handle)) {
+            handle.base().store_panic(payload);
+        }
+    }
+}
+
 /// A pointer to a scope's handle that a spawned job may carry to another thread.
 struct HandlePtr<'a, H>(*const H, PhantomData<&'a ()>);
 
@@ -308,6 +376,7 @@ impl<'scope> Scope<'scope> {
             panic: AtomicPtr::new(ptr::null_mut()),
             deferred: AtomicPtr::new(ptr::null_mut()),
             credit,
+            credit_admits: AtomicBool::new(false),
             marker: PhantomData,
         }
     }

@@ -184,6 +184,14 @@ impl Sleep {
         true
     }
 
+    /// How many times new work was announced to sleepers so far: a worker that sleeps for
+    /// something else than work (see `WorkerThread::wait_for_own`) compares it across its sleep
+    /// to tell whether a wake meant for an idle worker may have reached it.
+    pub fn announcements(&self) -> usize {
+        // SeqCst: as every access to the counter.
+        self.announcements.load(Ordering::SeqCst)
+    }
+
     /// Workers counted as sleepers now (for the loom models).
     #[cfg(loom)]
     pub fn sleepers(&self) -> usize {
