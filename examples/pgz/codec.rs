@@ -1,6 +1,6 @@
 //! The block codec: cutting the input into blocks ([`Blocks`]) and compressing
 //! one block on its own ([`compress`]), pigz's way. Owns the deflate settings
-//! and the per-thread compressor; knows nothing of the gzip container, the
+//! and the compressor; knows nothing of the gzip container, the
 //! pool or files.
 //!
 //! Each block is compressed as raw deflate (no zlib header) by a compressor
@@ -13,7 +13,6 @@
 //! exactly the bytes it would see in any run, the output depends only on the
 //! input, the level and the block size, never on the thread count or timing.
 
-use std::cell::RefCell;
 use std::io::{self, Read};
 
 use flate2::{Compress, Compression, FlushCompress, Status};
@@ -131,33 +130,27 @@ impl<R: Read> Iterator for Blocks<R> {
     }
 }
 
-thread_local! {
-    /// Each thread's compressor and the level it was made for: a deflate state
-    /// is a few hundred KiB, so it is reset between blocks, not rebuilt.
-    static COMPRESSOR: RefCell<Option<(u32, Compress)>> = const { RefCell::new(None) };
-}
-
-/// Compresses one block at `level` (0–9) as described in the module docs.
+/// Compresses one block at `level` (0–9) as described in the module docs,
+/// with a compressor made for it alone.
+///
+/// A fresh compressor per block, not one per thread that is `reset()`
+/// between blocks: zlib-rs's reset (like zlib-ng's `deflateReset`) keeps the
+/// old window and hash-chain contents, and the match finder can read stale
+/// window bytes past the end of the input (it compares in 256-byte steps and
+/// clips the length afterwards), so with a reused compressor the choice of
+/// matches near a block's end depended on which blocks that thread had
+/// compressed before: the output differed between `-p 1` and `-p 2` (by a few
+/// bytes on 50 MB, still valid deflate). A new compressor starts from zeroed
+/// memory, so every block is compressed the same way on every thread; making
+/// one (about 300 KiB, allocated and zeroed) costs a few per cent of a 128 KiB
+/// block's compression at level 6.
 pub(crate) fn compress(block: Block, level: u32) -> io::Result<Compressed> {
-    COMPRESSOR.with(|cell| {
-        let mut cell = cell.borrow_mut();
-        let z = match &mut *cell {
-            Some((l, z)) if *l == level => {
-                z.reset();
-                z
-            }
-            slot => {
-                // `false`: raw deflate, no zlib header or Adler-32.
-                &mut slot
-                    .insert((level, Compress::new(Compression::new(level), false)))
-                    .1
-            }
-        };
-        compress_with(z, &block)
-    })
+    // `false`: raw deflate, no zlib header or Adler-32.
+    let mut z = Compress::new(Compression::new(level), false);
+    compress_with(&mut z, &block)
 }
 
-/// Compresses `block` with `z`, which was just made or reset.
+/// Compresses `block` with `z`, which was just made.
 fn compress_with(z: &mut Compress, block: &Block) -> io::Result<Compressed> {
     if !block.dict.is_empty() {
         z.set_dictionary(&block.dict).map_err(io::Error::other)?;

@@ -310,11 +310,15 @@ impl Job<'_> {
         let mut sum = Checksum::default();
         let blocks = Blocks::new(input, self.args.block_size())
             .map(|b| b.map_err(|e| ctx(e, format_args!("{name}: read error"))));
-        self.pool.in_place_scope(|_s| -> io::Result<()> {
-            // SEQUENTIAL STAND-IN until `Scope::try_map_ordered` is on main: the
-            // one line to replace is this one, with
-            // `_s.try_map_ordered(blocks, |b| codec::compress(b?, level)).window(w)`.
-            let compressed = blocks.map(|b| codec::compress(b?, level));
+        let window = self.args.window;
+        self.pool.in_place_scope(|s| -> io::Result<()> {
+            // Blocks are read on this thread as the window allows, compressed
+            // on the workers, and handed back here in input order; the first
+            // error (reading or compressing) ends the stream.
+            let mut compressed = s.try_map_ordered(blocks, move |b| codec::compress(b?, level));
+            if let Some(w) = window {
+                compressed = compressed.window(w as usize);
+            }
             for c in compressed {
                 let c = c?;
                 out.write_all(&c.deflate)?;
