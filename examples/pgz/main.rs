@@ -44,17 +44,31 @@
 //!
 //! # Memory
 //!
-//! A block in the window holds its input (`-b` KiB), its dictionary (32 KiB)
-//! and, once compressed, its output (at most the input plus 0.1 % and 64
-//! bytes; less once written). Every worker keeps one deflate state (about
-//! 300 KiB at level 6 with zlib-rs; more at 8–9). So, with `W` the window (by
-//! default twice the pool's `max_inflight`, i.e. 4 blocks per thread):
+//! A block in the window holds its input (`B` = `-b` KiB) and its dictionary
+//! (32 KiB) until it is compressed, then its output (at most `B` plus 0.1 %
+//! and 64 bytes, usually much less) until it is written. Each block is
+//! compressed by a deflate state of its own (about 350 KiB with zlib-rs,
+//! freed after the block), on one of the `p` workers or inline on the reading
+//! thread; the reader holds one block read ahead, the writer a 256 KiB
+//! buffer. With `W` the window (by default twice the pool's `max_inflight`,
+//! i.e. 4 blocks per thread):
 //!
 //! ```text
-//! peak RSS ≈ W × (2 × block + 32 KiB) + threads × 1 MiB + ~4 MiB (binary, buffers)
+//! peak RSS ≤ 4 MiB + W × (2 × B + 32 KiB) + B + (p + 1) × 512 KiB
 //! ```
 //!
-//! which on 2 threads with the defaults (W = 8, 128 KiB blocks) is about 8.3 MiB.
+//! where 4 MiB is the binary, the runtime and the pool's threads (a run on an
+//! empty input peaks at 3.5 MiB). With the defaults on 2 threads (W = 8,
+//! B = 128 KiB) that is 7.9 MiB; the benchmark's run stays under it
+//! (`docs/pgz-benchmarks.md`). To make RSS follow the live buffers, pgz sets
+//! glibc's `M_MMAP_THRESHOLD` to 64 KiB ([`big_buffers_from_mmap`]): every
+//! block buffer and deflate state is then mapped and unmapped on its own.
+//! With glibc's default (a threshold that grows to the largest size freed,
+//! after which big buffers come from per-thread arenas that keep their
+//! fragmented peak) a 50 MB run on 2 threads peaked at 10.7–13.7 MiB instead
+//! of 5.4–7.3 MiB (W = 4, 8, 16). The price is the page faults of fresh
+//! mappings: about 0.1 s of system time per 50 MB (some 12 % more CPU time),
+//! which the benchmark's times include.
 //!
 //! # Errors
 //!
@@ -128,6 +142,7 @@ fn main() -> ExitCode {
         }
     };
     output::install_signal_handlers();
+    big_buffers_from_mmap();
     let pool = match ThreadPoolBuilder::new()
         .num_threads(args.threads())
         .thread_name(|i| format!("pgz-{i}"))
@@ -330,6 +345,19 @@ impl Job<'_> {
             Ok(())
         })?;
         out.write_all(&sum.trailer())
+    }
+}
+
+/// Makes glibc's malloc serve every allocation of 64 KiB or more (blocks,
+/// compressed blocks, deflate states) with its own mapping, returned to the
+/// system when freed, so that the peak RSS is the peak of live buffers (the
+/// "Memory" section above). Elsewhere (another libc) this does nothing.
+fn big_buffers_from_mmap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes a malloc parameter; it is called before
+    // any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 * 1024);
     }
 }
 
