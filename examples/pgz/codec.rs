@@ -134,16 +134,15 @@ impl<R: Read> Iterator for Blocks<R> {
 /// with a compressor made for it alone.
 ///
 /// A fresh compressor per block, not one per thread that is `reset()`
-/// between blocks: zlib-rs's reset (like zlib-ng's `deflateReset`) keeps the
-/// old window and hash-chain contents, and the match finder can read stale
-/// window bytes past the end of the input (it compares in 256-byte steps and
-/// clips the length afterwards), so with a reused compressor the choice of
-/// matches near a block's end depended on which blocks that thread had
-/// compressed before: the output differed between `-p 1` and `-p 2` (by a few
-/// bytes on 50 MB, still valid deflate). A new compressor starts from zeroed
-/// memory, so every block is compressed the same way on every thread; making
-/// one (about 300 KiB, allocated and zeroed) costs a few per cent of a 128 KiB
-/// block's compression at level 6.
+/// between blocks: zlib-rs's reset (`deflateReset`, as in zlib-ng) clears the
+/// hash heads but keeps the old window and `prev` chain memory, while a new
+/// compressor starts from zeroed memory. With reused compressors the output
+/// was seen to depend on which blocks a thread had compressed before: it
+/// differed between `-p 1` and `-p 2` by a few bytes (still valid deflate; the
+/// test executable's own bytes show it, see tests/pgz.rs). A fresh compressor
+/// makes every block's bytes a function of the block, its dictionary and the
+/// level alone. Making one (about 350 KiB, allocated and zeroed) costs a few
+/// per cent of a 128 KiB block's compression at level 6.
 pub(crate) fn compress(block: Block, level: u32) -> io::Result<Compressed> {
     // `false`: raw deflate, no zlib header or Adler-32.
     let mut z = Compress::new(Compression::new(level), false);
