@@ -244,9 +244,7 @@ impl Job<'_> {
                 _ => {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidInput,
-                        format!(
-                        "{shown}: unknown suffix (expected .gz); use -c to decompress it to stdout"
-                    ),
+                        format!("{shown}: unknown suffix (expected .gz); -c writes it to stdout"),
                     ))
                 }
             }
