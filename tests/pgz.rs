@@ -734,3 +734,44 @@ fn full_disk() {
         );
     }
 }
+
+/// Peak RSS stays within the bound stated in examples/pgz/main.rs
+/// ("Memory"), whatever the input's size: `W × (2 × B + 32 KiB) + B +
+/// (p + 1) × 512 KiB` above what the binary takes on an empty input (the
+/// stated 4 MiB is for a release build; a debug build starts higher). The
+/// peak is pgz's own (`--peak-rss`, from VmHWM): the `ru_maxrss` that `wait4`
+/// gives here also counts this test process, which the child was forked from.
+#[test]
+fn bounded_rss() {
+    let dir = TempDir::new("rss");
+    let peak = |r: &Run| -> u64 {
+        let line = r.stderr.lines().next().unwrap_or_default();
+        line.strip_prefix("pgz: peak RSS ")
+            .and_then(|l| l.strip_suffix(" KiB"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no peak RSS line in {:?}", r.stderr))
+    };
+    let base = pgz_stdin(dir.path(), &["-p", "2", "--peak-rss"], b"");
+    assert_eq!(base.code, Some(0), "{}", base.stderr);
+    let base = peak(&base);
+    let data = mixed(32 * 1024 * 1024, 17);
+    for (args, window, block_kib, threads) in [
+        (&["-p", "2"][..], 8, 128, 2),
+        (&["-p", "4"], 16, 128, 4),
+        (&["-p", "2", "-b", "1024"], 8, 1024, 2),
+        (&["-p", "2", "--window", "2"], 2, 128, 2),
+    ] {
+        let mut a = args.to_vec();
+        a.push("--peak-rss");
+        let r = pgz_stdin(dir.path(), &a, &data);
+        assert_eq!(r.code, Some(0), "{a:?}: {}", r.stderr);
+        assert!(gunzip_one_member(&r.stdout) == data, "{a:?}: round trip");
+        let bound = window * (2 * block_kib + 32) + block_kib + (threads + 1) * 512 + base;
+        let got = peak(&r);
+        assert!(
+            got <= bound,
+            "{a:?}: peak RSS {got} KiB over the bound {bound} KiB (empty input: {base} KiB)"
+        );
+        eprintln!("{a:?}: peak RSS {got} KiB, bound {bound} KiB");
+    }
+}

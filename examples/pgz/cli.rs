@@ -75,6 +75,10 @@ pub(crate) struct Args {
           value_parser = clap::value_parser!(u64).range(1..=65536))]
     pub(crate) window: Option<u64>,
 
+    /// Print the peak RSS (VmHWM) on stderr at the end (for tests)
+    #[arg(long, hide = true)]
+    pub(crate) peak_rss: bool,
+
     #[arg(short = '0', hide = true, overrides_with_all = LEVELS)]
     l0: bool,
     #[arg(short = '1', hide = true, overrides_with_all = LEVELS)]
