@@ -23,6 +23,13 @@
 //!
 //! An un-stolen `join` touches no shared state: only a thief admits the second half.
 //!
+//! [`try_scope`] is a scope whose body and jobs return `Result`: the first error cancels it
+//! (later spawns and queued jobs are dropped unrun, [`Stats::cancelled`]) and is what the call
+//! returns once every started job has finished.
+//! [`Scope::map_ordered`] (and [`Scope::try_map_ordered`]) is a pipeline's middle: it maps an
+//! iterator on the pool and hands the results back in input order, within a bounded window of
+//! items pulled and not yet handed back (`docs/guide.md`, "CPU pipelines").
+//!
 //! ```
 //! use std::sync::atomic::{AtomicUsize, Ordering};
 //!
@@ -77,6 +84,7 @@ mod stack;
 mod stats;
 mod sync;
 mod token;
+mod try_scope;
 
 pub use broadcast::{broadcast, spawn_broadcast, BroadcastContext};
 pub use builder::{
@@ -92,6 +100,7 @@ pub use pool::{
 pub use scope::Scope;
 pub use scope_fifo::{in_place_scope, in_place_scope_fifo, scope_fifo, spawn_fifo, ScopeFifo};
 pub use stats::Stats;
+pub use try_scope::{try_scope, TryScope};
 
 /// The README's examples, compiled and run as doc tests.
 #[cfg(doctest)]
@@ -103,6 +112,7 @@ pub struct ReadmeDoctests;
 #[doc(hidden)]
 pub mod __loom {
     pub use crate::lazy::{PrivateHalves, RequestFlag};
+    pub use crate::ordered::Handoff;
     pub use crate::sleep::Sleep;
     pub use crate::sync::Arc;
     pub use crate::token::{live_lenders, Admission, Lender, LenderRef, Registration, TokenTable};

@@ -22,7 +22,25 @@ use crate::job::{drop_quietly, JobResult};
 use crate::latch::WakeTarget;
 use crate::registry::{wait_on, Registry, WorkerThread};
 use crate::scope::Scope;
-use crate::sync::{fence, Arc, AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use crate::sync::{fence, thread, Arc, AtomicBool, AtomicU8, AtomicUsize, Ordering};
+
+/// Yields the thread a few times until `ready`: a carrier with nothing to claim waits so for the
+/// consumer's next pull, and a consumer for its next result, before either does anything dearer
+/// (leave and be spawned again, or sleep and be woken). Returns whether `ready` held.
+fn linger(ready: impl Fn() -> bool) -> bool {
+    (0..LINGER_ROUNDS).any(|_| {
+        if ready() {
+            return true;
+        }
+        thread::yield_now();
+        false
+    }) || ready()
+}
+
+/// How many times [`linger`] yields. (A spin-then-yield backoff of crossbeam's, shorter, cost
+/// 1 µs items about 40% more in `benches/ordered.rs`: more carriers left and were spawned
+/// again.)
+const LINGER_ROUNDS: usize = 64;
 
 /// A panic payload.
 type Payload = Box<dyn std::any::Any + Send>;
@@ -183,12 +201,8 @@ where
                 .expect("the function moves into the stream once"),
             fails: self.fails,
             slots: (0..self.window).map(|_| Slot::default()).collect(),
-            pulled: AtomicUsize::new(0),
-            claimed: AtomicUsize::new(0),
-            completed: AtomicUsize::new(0),
-            carriers: AtomicUsize::new(0),
+            handoff: Handoff::new(),
             stop: AtomicUsize::new(usize::MAX),
-            waiting: AtomicBool::new(false),
             consumer: self.scope.registry().waker_for(here),
         });
         self.stream = Some(stream.clone());
@@ -211,9 +225,7 @@ where
             // touches it, and index `pulled` is not published yet.
             unsafe { *slot.item.get() = Some(item) };
             self.pulled += 1;
-            // SeqCst: publishes the item to claimers (release) and orders the store before the
-            // carrier count read in `add_carriers` (the consumer's half of the exit handshake).
-            stream.pulled.store(self.pulled, Ordering::SeqCst);
+            stream.handoff.publish(self.pulled);
         }
     }
 
@@ -221,23 +233,15 @@ where
     /// a consumer that cannot run items itself makes sure at least one carrier lives, waiting for
     /// its admission by [`Scope::spawn`]'s rules.
     fn add_carriers(&mut self, stream: &Arc<Stream<I::Item, O, F>>, inline: bool) {
-        loop {
-            // SeqCst: the consumer's half of the exit handshake (see `Stream::serve`).
-            let carriers = stream.carriers.load(Ordering::SeqCst);
-            let unclaimed = self.pulled - stream.claimed.load(Ordering::SeqCst);
-            if unclaimed <= carriers {
-                return;
-            }
-            // SeqCst: counted before it can exit.
-            stream.carriers.fetch_add(1, Ordering::SeqCst);
-            if self.scope.try_spawn(stream.carrier()) {
+        while let Some(carriers) = stream.handoff.add_carrier(self.pulled) {
+            if self.scope.try_spawn(Stream::carrier(stream)) {
                 continue;
             }
             if inline || carriers > 0 {
-                // SeqCst: as above; the consumer runs the items itself, or a carrier lives.
-                stream.carriers.fetch_sub(1, Ordering::SeqCst);
+                // The consumer runs the items itself, or a carrier lives.
+                stream.handoff.remove_carrier();
             } else {
-                self.scope.spawn(stream.carrier());
+                self.scope.spawn(Stream::carrier(stream));
             }
             return;
         }
@@ -325,19 +329,17 @@ impl<I: Iterator, F, O> OrderedMap<'_, '_, I, F, O> {
         done: impl Fn() -> bool,
         own: impl FnMut() -> bool,
     ) {
-        if done() {
+        // A result is often a moment away: spin a little before the wait proper (which parks a
+        // plain thread at once).
+        if linger(&done) {
             return;
         }
-        // Relaxed store, then a SeqCst fence: the waiter's half of the wake handshake (see
-        // `Stream::complete`).
-        stream.waiting.store(true, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
+        stream.handoff.arm();
         match self.inline_worker() {
             Some(worker) => worker.wait_for_own(&done, own),
             None => wait_on(WorkerThread::current(), &done),
         }
-        // Relaxed: only an optimisation for completers; a stale `true` costs one wake.
-        stream.waiting.store(false, Ordering::Relaxed);
+        stream.handoff.disarm();
     }
 
     /// Ends the stream, once: no item from `handed` on starts any more; the unstarted ones are
@@ -351,12 +353,11 @@ impl<I: Iterator, F, O> OrderedMap<'_, '_, I, F, O> {
         // SeqCst: claimers that claim after this see it and drop their item.
         stream.stop.fetch_min(self.handed, Ordering::SeqCst);
         let registry = self.scope.registry();
-        while let Some(index) = stream.claim() {
+        while let Some(index) = stream.handoff.claim() {
             stream.drop_claimed(index, registry);
         }
         let pulled = self.pulled;
-        // Acquire: pairs with the completers' release, so their slots are theirs no more.
-        let all_done = || stream.completed.load(Ordering::Acquire) == pulled;
+        let all_done = || stream.handoff.completed() == pulled;
         self.wait(&stream, all_done, || false);
         let mut first_panic = None;
         for index in self.handed..pulled {
@@ -377,18 +378,9 @@ struct Stream<T, O, F> {
     fails: fn(&O) -> bool,
     /// Item `i` lives in slot `i % slots.len()` from its pull until it is handed back.
     slots: Box<[Slot<T, O>]>,
-    /// Items published by the consumer.
-    pulled: AtomicUsize,
-    /// Items claimed (to run, or to drop), oldest first.
-    claimed: AtomicUsize,
-    /// Claimed items whose slot is done.
-    completed: AtomicUsize,
-    /// Carriers spawned that have not left.
-    carriers: AtomicUsize,
+    handoff: Handoff,
     /// Items at or past this index are dropped unrun (a failure, a panic, or the stream's end).
     stop: AtomicUsize,
-    /// The consumer waits (or is about to): completers wake it.
-    waiting: AtomicBool,
     consumer: WakeTarget,
 }
 
@@ -438,28 +430,6 @@ impl<T, O, F> Stream<T, O, F> {
         &self.slots[index % self.slots.len()]
     }
 
-    /// Claims the oldest unclaimed item, if one was pulled.
-    fn claim(&self) -> Option<usize> {
-        // SeqCst loads: the claimers' half of the exit handshake (see `serve`); the `pulled`
-        // load also acquires the item.
-        let mut claimed = self.claimed.load(Ordering::SeqCst);
-        loop {
-            if claimed >= self.pulled.load(Ordering::SeqCst) {
-                return None;
-            }
-            // SeqCst: one total order of claims; the winner owns the index.
-            match self.claimed.compare_exchange_weak(
-                claimed,
-                claimed + 1,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            ) {
-                Ok(_) => return Some(claimed),
-                Err(now) => claimed = now,
-            }
-        }
-    }
-
     /// Drops claimed item `index` unrun (the stream ended).
     fn drop_claimed(&self, index: usize, registry: &Registry) {
         let slot = self.slot(index);
@@ -472,13 +442,7 @@ impl<T, O, F> Stream<T, O, F> {
     fn complete(&self, slot: &Slot<T, O>, registry: &Registry) {
         // Release: publishes the output to the consumer's acquire.
         slot.state.store(DONE, Ordering::Release);
-        // Release: publishes the same to `end`'s wait for the count.
-        self.completed.fetch_add(1, Ordering::Release);
-        // SeqCst fence, then the flag: the completer's half of the wake handshake (the
-        // consumer raises the flag, fences, then checks), as a latch's setter does.
-        fence(Ordering::SeqCst);
-        // Relaxed: ordered by the fences.
-        if self.waiting.load(Ordering::Relaxed) {
+        if self.handoff.complete() {
             self.consumer.clone().wake(registry);
         }
     }
@@ -526,33 +490,176 @@ where
 
     /// Claims and runs one item, if one is left: the consumer's help while it waits.
     fn run_one(&self, registry: &Registry) -> bool {
-        self.claim()
+        self.handoff
+            .claim()
             .map(|index| self.run(index, registry))
             .is_some()
     }
 
     /// A carrier job's closure.
-    fn carrier(self: &Arc<Self>) -> impl FnOnce(&Scope<'scope>) + Send + 'scope {
-        let stream = self.clone();
+    fn carrier(this: &Arc<Self>) -> impl FnOnce(&Scope<'scope>) + Send + 'scope {
+        let stream = this.clone();
         move |scope| stream.serve(scope.registry())
     }
 
-    /// A carrier's run: claims and runs the oldest unclaimed items until there are none, then
-    /// leaves. Leaving is a handshake with the consumer's pulls: the carrier counts itself out,
-    /// then looks for an item once more (and stays if it finds one); the consumer publishes an
-    /// item, then reads the count (and spawns a carrier if there is none). All four SeqCst: one
-    /// of the two sees the other, so no pulled item is left without a carrier unless the
-    /// consumer knows it (it then runs the item itself, or waits for a carrier's admission).
+    /// A carrier's run: claims and runs the oldest unclaimed items until there are none, lingers
+    /// a little, then leaves (`Handoff::stays`).
     fn serve(&self, registry: &Registry) {
         loop {
             while self.run_one(registry) {}
-            // SeqCst: see above.
-            self.carriers.fetch_sub(1, Ordering::SeqCst);
-            if self.claimed.load(Ordering::SeqCst) >= self.pulled.load(Ordering::SeqCst) {
+            // Linger a little: the consumer is likely about to pull the next item, and a carrier
+            // that is still here saves a spawn and a wake-up per item.
+            if linger(|| self.handoff.has_unclaimed()) {
+                continue;
+            }
+            if !self.handoff.stays() {
                 return;
             }
-            // SeqCst: counted in again before it claims.
-            self.carriers.fetch_add(1, Ordering::SeqCst);
         }
+    }
+}
+
+/// The counters through which the consumer hands pulled items to the threads that run them, and
+/// the two handshakes on them (modelled in `tests/loom_ordered.rs`):
+///
+/// * *leaving*: a carrier counts itself out, fences, then looks for an unclaimed item once more
+///   (and counts itself back in if there is one); the consumer publishes an item, fences, then
+///   reads the carrier count (and adds a carrier if it counts fewer carriers than unclaimed
+///   items). With a SeqCst fence on each side, one of the two sees the other: no pulled item is
+///   left without a carrier unless the consumer knows it (and then runs the item itself, or
+///   spawns a carrier that waits for admission);
+/// * *waking*: a completer counts its item, fences, then reads `waiting`; the consumer raises
+///   `waiting`, fences, then checks its condition. One of the two sees the other (the latch
+///   rule of design §3.6), so a consumer never waits for a completion that has happened.
+pub struct Handoff {
+    /// Items published by the consumer.
+    pulled: AtomicUsize,
+    /// Items claimed (to run, or to drop), oldest first.
+    claimed: AtomicUsize,
+    /// Claimed items whose slot is done.
+    completed: AtomicUsize,
+    /// Carriers spawned that have not left.
+    carriers: AtomicUsize,
+    /// The consumer waits (or is about to): completers wake it.
+    waiting: AtomicBool,
+}
+
+impl Default for Handoff {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Handoff {
+    /// No item, no carrier.
+    pub fn new() -> Self {
+        Handoff {
+            pulled: AtomicUsize::new(0),
+            claimed: AtomicUsize::new(0),
+            completed: AtomicUsize::new(0),
+            carriers: AtomicUsize::new(0),
+            waiting: AtomicBool::new(false),
+        }
+    }
+
+    /// The consumer publishes the items before index `pulled`, which it has written.
+    pub fn publish(&self, pulled: usize) {
+        // Release: the items written before are visible to whoever acquires the count.
+        self.pulled.store(pulled, Ordering::Release);
+    }
+
+    /// The consumer (which published `pulled` items): if there are more unclaimed items than
+    /// carriers, counts one more carrier and returns how many there were before; else `None`.
+    pub fn add_carrier(&self, pulled: usize) -> Option<usize> {
+        // SeqCst fence: the consumer's half of the leaving handshake (after the publication).
+        fence(Ordering::SeqCst);
+        // Relaxed loads: ordered by the fence; a stale claim count only overestimates the
+        // unclaimed items (one carrier too many, which leaves).
+        let carriers = self.carriers.load(Ordering::Relaxed);
+        let unclaimed = pulled - self.claimed.load(Ordering::Relaxed);
+        if unclaimed <= carriers {
+            return None;
+        }
+        // Relaxed: the carrier is not spawned yet; its spawn publishes everything it reads.
+        self.carriers.fetch_add(1, Ordering::Relaxed);
+        Some(carriers)
+    }
+
+    /// The consumer could not spawn the carrier it counted in.
+    pub fn remove_carrier(&self) {
+        // Relaxed: no carrier ran; the consumer runs the items or another carrier lives.
+        self.carriers.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Whether an item was published and not claimed yet.
+    pub fn has_unclaimed(&self) -> bool {
+        // Relaxed: a hint for a lingering carrier, which claims (acquire) before it uses one.
+        self.claimed.load(Ordering::Relaxed) < self.pulled.load(Ordering::Relaxed)
+    }
+
+    /// Claims the oldest published item not claimed yet, if there is one.
+    pub fn claim(&self) -> Option<usize> {
+        // Relaxed first read: the CAS decides.
+        let mut claimed = self.claimed.load(Ordering::Relaxed);
+        loop {
+            // Acquire: pairs with `publish`, so the claimed item is visible.
+            if claimed >= self.pulled.load(Ordering::Acquire) {
+                return None;
+            }
+            // Relaxed: the winner owns the index; the item came with the `pulled` acquire.
+            match self.claimed.compare_exchange_weak(
+                claimed,
+                claimed + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Some(claimed),
+                Err(now) => claimed = now,
+            }
+        }
+    }
+
+    /// A carrier with nothing to claim counts itself out; returns whether it must stay after
+    /// all (counted back in), because an item was published meanwhile.
+    pub fn stays(&self) -> bool {
+        // Relaxed RMW, then a SeqCst fence: the carrier's half of the leaving handshake.
+        self.carriers.fetch_sub(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        if self.has_unclaimed() {
+            // Relaxed: as in `add_carrier`.
+            self.carriers.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
+    /// A claimed item is done (its output stored and its slot marked): counts it, and returns
+    /// whether the consumer waits and must be woken.
+    pub fn complete(&self) -> bool {
+        // Release: the output (and the slot's state) is visible to `completed`'s acquire.
+        self.completed.fetch_add(1, Ordering::Release);
+        // SeqCst fence, then the flag: the completer's half of the waking handshake.
+        fence(Ordering::SeqCst);
+        // Relaxed: ordered by the fences.
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// How many claimed items are done.
+    pub fn completed(&self) -> usize {
+        // Acquire: pairs with `complete`, so their outputs are visible.
+        self.completed.load(Ordering::Acquire)
+    }
+
+    /// The consumer is about to wait: completers from now on wake it.
+    pub fn arm(&self) {
+        // Relaxed store, then a SeqCst fence: the consumer's half of the waking handshake.
+        self.waiting.store(true, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+    }
+
+    /// The consumer's wait is over.
+    pub fn disarm(&self) {
+        // Relaxed: a stale `true` costs a completer one needless wake.
+        self.waiting.store(false, Ordering::Relaxed);
     }
 }

@@ -365,6 +365,11 @@ impl Registry {
         self.counters.bump(self.slot(), Counter::HandedBack);
     }
 
+    /// Counts a spawn of a cancelled fallible scope dropped unrun (see `try_scope`).
+    pub fn note_cancelled(&self) {
+        self.counters.bump(self.slot(), Counter::Cancelled);
+    }
+
     /// Hands a detached job's panic to the pool's handler, or prints it. Never unwinds: a
     /// handler that panics is reported and its panic's payload leaked; the payload itself is
     /// dropped quietly (its `Drop` may panic); printing ignores a closed stderr.

@@ -46,6 +46,9 @@ pub struct Scope<'scope> {
     /// Whether a spawn of that owner waits for admission as a child of `credit` right now (see
     /// [`Scope::owner_admits`]). Only the owner's thread reads or writes it.
     credit_admits: AtomicBool,
+    /// The address of the job the owner's thread ran when it made the scope (0 if none): only
+    /// spawns made while it is the current job again are the owner's own (see `spawn_job`).
+    owner_job: usize,
     /// Invariant in `'scope`, and spawned closures need not be `Sync`: like rayon's scope.
     marker: PhantomData<SpawnedFn<'scope>>,
 }
@@ -121,11 +124,15 @@ impl<'scope> Scope<'scope> {
         let here = WorkerThread::current();
         let own = self.registry.own(here);
         // The owner of an in-place scope that is no worker of this pool holds none of its
-        // tokens, so its spawns may wait; but only one at a time on the credit root (a lender
-        // has one waiting borrower at most): a spawn made while another waits (by a job that
-        // wait runs on the owner's thread) is left to the owner, as from any other thread.
+        // tokens, so its own spawns may wait: those of the body, made with the job that opened
+        // the scope current on the owner's thread. Another job that thread runs while it waits
+        // (a job of its own pool, maybe a root that a job of this scope started) spawns as any
+        // other thread does: it may hold what the scope's jobs wait for. And one owner spawn
+        // at a time waits on the credit root (a lender has one waiting borrower at most): one
+        // made while another waits is left to the owner too.
         let owner_waits = own.is_none()
             && self.latch.owner().is_caller(here)
+            && job_address(here) == self.owner_job
             // Relaxed: only the owner's thread touches the flag.
             && !self.credit_admits.load(Ordering::Relaxed);
         let lender = match &self.credit {
@@ -317,6 +324,11 @@ impl<'scope> ScopeHandle<'scope> for Scope<'scope> {
     }
 }
 
+/// The address of the job that the thread whose worker state is `here` runs now (0 if none).
+fn job_address(here: Option<&WorkerThread>) -> usize {
+    here.map_or(0, |w| w.current_ptr() as usize)
+}
+
 /// The body of a job that runs `f(handle)` and stores its panic in `handle`'s scope.
 fn job_body<'scope, H, F>(handle: &H, f: F) -> impl FnOnce() + Send + 'scope
 where
@@ -377,6 +389,7 @@ impl<'scope> Scope<'scope> {
             deferred: AtomicPtr::new(ptr::null_mut()),
             credit,
             credit_admits: AtomicBool::new(false),
+            owner_job: job_address(here),
             marker: PhantomData,
         }
     }

@@ -10,6 +10,7 @@
 //! scope's end; another pool's worker runs its own pool's jobs). It never waits for a token of
 //! a pool while the waiting thread could hold a token of another one (design §1.4, §4.10).
 
+use crate::borrowed;
 use crate::fifo;
 use crate::pool::{current_registry, detached_job, from_outside_jobs, ThreadPool};
 use crate::registry::{Registry, WorkerThread};
@@ -96,30 +97,37 @@ impl<'scope> ScopeFifo<'scope> {
     }
 }
 
-/// The pool of a call without one, and the calling thread's worker state: the pool a free
-/// function targets ([`current_registry`]).
-fn current_pool<'a>() -> (Arc<Registry>, Option<&'a WorkerThread>) {
-    (current_registry(), WorkerThread::current())
-}
-
-/// A scope of `registry` whose body runs on the calling thread (`here`).
-fn in_place_in<'scope, OP, R>(registry: &Arc<Registry>, here: Option<&WorkerThread>, op: OP) -> R
+/// A scope of `registry` whose body runs on the calling thread.
+fn in_place_in<'scope, OP, R>(registry: &Arc<Registry>, op: OP) -> R
 where
     OP: FnOnce(&Scope<'scope>) -> R,
 {
-    run_scope(&Scope::new(registry.clone(), here), here, op)
+    on_caller(registry, |here| {
+        run_scope(&Scope::new(registry.clone(), here), here, op)
+    })
 }
 
-/// A fifo scope of `registry` whose body runs on the calling thread (`here`).
-fn in_place_fifo_in<'scope, OP, R>(
-    registry: &Arc<Registry>,
-    here: Option<&WorkerThread>,
-    op: OP,
-) -> R
+/// A fifo scope of `registry` whose body runs on the calling thread.
+fn in_place_fifo_in<'scope, OP, R>(registry: &Arc<Registry>, op: OP) -> R
 where
     OP: FnOnce(&ScopeFifo<'scope>) -> R,
 {
-    run_scope(&ScopeFifo::new(registry.clone(), here), here, op)
+    on_caller(registry, |here| {
+        run_scope(&ScopeFifo::new(registry.clone(), here), here, op)
+    })
+}
+
+/// Runs `f` with the calling thread's worker state, as an in-place scope of `registry` sees it:
+/// the worker it is, if any; else, on the builder's thread of a `use_current_thread` pool that
+/// is `registry` (outside a call into it), that thread entered as the pool's worker 0 for the
+/// call, as `install` enters it (the scope then helps with the pool's work while it waits, as
+/// rayon's does there: it may be the only thread that can run the scope's jobs); else none.
+fn on_caller<R>(registry: &Registry, f: impl FnOnce(Option<&WorkerThread>) -> R) -> R {
+    match WorkerThread::current() {
+        Some(here) => f(Some(here)),
+        None => borrowed::enter(Some(registry.id()), f, |worker, f| f(Some(worker)))
+            .unwrap_or_else(|f| f(None)),
+    }
 }
 
 /// Spawns a detached fifo job into `registry` from the calling thread.
@@ -144,9 +152,7 @@ where
     R: Send,
 {
     match WorkerThread::current() {
-        Some(worker) if !worker.current_ptr().is_null() => {
-            in_place_fifo_in(worker.registry(), Some(worker), op)
-        }
+        Some(worker) if !worker.current_ptr().is_null() => in_place_fifo_in(worker.registry(), op),
         _ => from_outside_jobs(|| scope_fifo(op)),
     }
 }
@@ -160,7 +166,11 @@ where
 /// inline in the current job, like [`scope`](crate::scope). On a thread outside every pool its
 /// spawns are root jobs that wait (the thread parks) for a pool token: the thread holds none, so
 /// this wait is the backpressure of a root `spawn`; the scope's end parks until the jobs are done.
-/// A spawn from any other thread follows [`Scope::spawn`].
+/// On the builder's thread of a pool built with
+/// [`use_current_thread`](crate::ThreadPoolBuilder::use_current_thread), outside a call, the
+/// thread is entered as worker 0 for the scope: its spawns are roots that wait helping, and
+/// the scope's end helps too (it may be the only thread that can run them). A spawn from any
+/// other thread follows [`Scope::spawn`].
 ///
 /// ```
 /// let caller = std::thread::current().id();
@@ -177,8 +187,7 @@ pub fn in_place_scope<'scope, OP, R>(op: OP) -> R
 where
     OP: FnOnce(&Scope<'scope>) -> R,
 {
-    let (registry, here) = current_pool();
-    in_place_in(&registry, here, op)
+    in_place_in(&current_registry(), op)
 }
 
 /// [`in_place_scope`] with a [`ScopeFifo`] (rayon-core's `in_place_scope_fifo`): the body runs on
@@ -189,8 +198,7 @@ pub fn in_place_scope_fifo<'scope, OP, R>(op: OP) -> R
 where
     OP: FnOnce(&ScopeFifo<'scope>) -> R,
 {
-    let (registry, here) = current_pool();
-    in_place_fifo_in(&registry, here, op)
+    in_place_fifo_in(&current_registry(), op)
 }
 
 /// Spawns a detached job on the current worker's pool (else the global pool), to run after the
@@ -209,8 +217,7 @@ where
 /// assert_eq!(rx.recv().unwrap(), 7);
 /// ```
 pub fn spawn_fifo<F: FnOnce() + Send + 'static>(f: F) {
-    let (registry, _) = current_pool();
-    spawn_fifo_in(&registry, f);
+    spawn_fifo_in(&current_registry(), f);
 }
 
 impl ThreadPool {
@@ -254,7 +261,7 @@ impl ThreadPool {
     where
         OP: FnOnce(&Scope<'scope>) -> R,
     {
-        in_place_in(self.registry(), WorkerThread::current(), op)
+        in_place_in(self.registry(), op)
     }
 
     /// [`ThreadPool::in_place_scope`] with a [`ScopeFifo`] (rayon-core's
@@ -265,7 +272,7 @@ impl ThreadPool {
     where
         OP: FnOnce(&ScopeFifo<'scope>) -> R,
     {
-        in_place_fifo_in(self.registry(), WorkerThread::current(), op)
+        in_place_fifo_in(self.registry(), op)
     }
 
     /// Spawns a detached job in this pool, to run after the fifo jobs the calling worker

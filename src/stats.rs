@@ -92,6 +92,13 @@ pub struct Stats {
     /// and unmaps the others when their jobs return). Zero for trees whose helping stays
     /// shallow; see `docs/design.md` §4.4 for what a level costs.
     pub stack_segments: u64,
+    /// Spawns of fallible scopes ([`TryScope::spawn`](crate::TryScope::spawn)) dropped without
+    /// running their closure because their scope was cancelled: a spawn called after the
+    /// cancellation (never admitted), or a job admitted before it that finished at once when it
+    /// came up, giving its token back as any job does. Spawns whose closures ran are counted
+    /// nowhere, so in a scope that nothing else spawns into, closures run plus this count (its
+    /// growth during the call) equal the spawns made.
+    pub cancelled: u64,
 }
 
 /// The per-thread event counters.
@@ -113,10 +120,12 @@ pub enum Counter {
     Promotions,
     /// A job started on a stack segment.
     StackSegments,
+    /// A spawn of a cancelled fallible scope dropped unrun.
+    Cancelled,
 }
 
 /// One thread's event counters, one cell per [`Counter`].
-pub type Row = [AtomicU64; 8];
+pub type Row = [AtomicU64; 9];
 
 /// Counts an event in `row`, a worker's own row (from [`Counters::row`]), on its own thread.
 ///
@@ -249,6 +258,7 @@ impl Counters {
             admitted_on_credit: sum(Counter::AdmittedOnCredit),
             promotions: sum(Counter::Promotions),
             stack_segments: sum(Counter::StackSegments),
+            cancelled: sum(Counter::Cancelled),
         }
     }
 }

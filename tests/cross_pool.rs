@@ -379,6 +379,12 @@ impl At<'_> {
 }
 
 /// `total` nodes shared out over `parts` children (fewer if there are not enough nodes).
+/// Whether an in-place child is spawned by a bounce through the owner's pool (a job of the
+/// scope calls back into the owner's pool, and that root spawns the child into the scope).
+fn rng_bounce(seed: u64) -> bool {
+    mix(seed ^ 0xB0B0) % 3 == 0
+}
+
 fn split(rng: &mut Rng, total: usize, parts: usize) -> Vec<usize> {
     let parts = parts.clamp(1, total.max(1));
     let mut sizes = vec![if total == 0 { 0 } else { 1 }; parts];
@@ -641,9 +647,29 @@ fn cross_call(at: At<'_>, rng: &mut Rng, rest: usize) {
                         }
                     })
                 } else {
+                    // A third of the children are spawned by a job of this scope that calls back
+                    // into the owner's pool (`owner`), whose root spawns them into the in-place
+                    // scope: on any worker of the owner's pool, maybe the owner's own thread,
+                    // where it must not be taken for the owner (tests/review_18b.rs).
+                    let owner = at.pool;
+                    let owner_thread = std::thread::current().id();
                     pool.in_place_scope(|s| {
                         for (seed, size) in children {
-                            s.spawn(move |s| node(inner, Some(s), seed, size));
+                            if rng_bounce(seed) {
+                                s.spawn(move |s| {
+                                    call_into(inner, owner, "install (to spawn on an in-place scope)", |_| {
+                                        cx.slots[owner].pool.install(|| {
+                                            let here = std::thread::current();
+                                            let on_owner = here.id() == owner_thread;
+                                            cx.trace(|| format!("bounce root {seed:#x} runs on {:?} (the in-place owner's thread: {on_owner})", here.name()));
+                                            s.spawn(move |s| node(inner, Some(s), seed, size));
+                                            cx.trace(|| format!("bounce root {seed:#x}: spawn returned"));
+                                        })
+                                    })
+                                });
+                            } else {
+                                s.spawn(move |s| node(inner, Some(s), seed, size));
+                            }
                         }
                     })
                 }
