@@ -775,3 +775,86 @@ fn bounded_rss() {
         eprintln!("{a:?}: peak RSS {got} KiB, bound {bound} KiB");
     }
 }
+
+/// SIGTERM while a file is being written removes the temporary file (the
+/// handler of examples/pgz/output.rs) and the process still dies of the
+/// signal; no `FILE.gz` appears and the input stays. The child is stopped
+/// (SIGSTOP) as soon as its temporary file is seen, so the signal lands
+/// mid-write; if a run finishes before that, it is tried again on a larger
+/// input.
+#[test]
+fn sigterm_removes_the_temporary_file() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = TempDir::new("sigterm");
+    let mut len = 16 * 1024 * 1024;
+    for attempt in 0.. {
+        assert!(
+            attempt < 6,
+            "pgz always finished before its temporary file was seen"
+        );
+        fs::write(dir.path().join("big"), mixed(len, 23)).expect("write");
+        let mut child = Command::new(pgz_bin())
+            .args(["-9", "-p", "1", "-k", "big"])
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn pgz");
+        let pid = child.id() as libc::pid_t;
+        let deadline = std::time::Instant::now() + WATCHDOG;
+        let mut stopped = false;
+        loop {
+            if child.try_wait().expect("try_wait").is_some() {
+                break;
+            }
+            if dir.names().iter().any(|n| n.ends_with(".tmp")) {
+                // SAFETY: plain syscall on our unreaped child.
+                unsafe { libc::kill(pid, libc::SIGSTOP) };
+                stopped = true;
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "pgz hung");
+            std::thread::yield_now();
+        }
+        if !stopped {
+            // It finished first: clean up and try a larger input.
+            let _ = fs::remove_file(dir.path().join("big.gz"));
+            len *= 2;
+            continue;
+        }
+        // SAFETY: plain syscalls on our unreaped child.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+            libc::kill(pid, libc::SIGCONT);
+        }
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let watchdog = std::thread::spawn(move || {
+            let hung = done_rx.recv_timeout(WATCHDOG).is_err();
+            if hung {
+                // SAFETY: plain syscall; the child is reaped only after `done_tx` sends.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            hung
+        });
+        let status = child.wait().expect("wait");
+        let _ = done_tx.send(());
+        assert!(
+            !watchdog.join().expect("watchdog"),
+            "pgz did not die of SIGTERM"
+        );
+        if status.success() {
+            // SIGSTOP raced with the end of the run: it finished anyway.
+            let _ = fs::remove_file(dir.path().join("big.gz"));
+            len *= 2;
+            continue;
+        }
+        assert_eq!(status.signal(), Some(libc::SIGTERM), "dies of the signal");
+        assert_eq!(
+            dir.names(),
+            ["big"],
+            "no temporary file, no big.gz, input kept"
+        );
+        break;
+    }
+}
