@@ -34,13 +34,16 @@
 //!
 //! # How it runs in parallel
 //!
-//! One thread (the caller of `compress_stream`) reads the blocks, in
-//! [`codec::Blocks`], each carrying a copy of its predecessor's last 32 KiB,
-//! and writes the results; the pool's workers compress. The blocks go through
-//! `Scope::try_map_ordered`, which hands the compressed blocks back in input
-//! order, pulls the input only as fast as a window of blocks allows, and ends
-//! at the first error (a read error of the input, or of the compressor); the
-//! writer combines the CRCs as the blocks come back, in order.
+//! The main thread (in `Job::compress`, inside the pool's `in_place_scope`)
+//! reads the blocks, in [`codec::Blocks`], each carrying a copy of its
+//! predecessor's last 32 KiB, and writes the results; the pool's `-p` workers
+//! compress (the main thread is no worker, so it parks while it waits for the
+//! next block). The blocks go through `Scope::try_map_ordered`, which hands the compressed
+//! blocks back in input order, pulls the input only as fast as the window of
+//! blocks allows (hidden `--window N`; default twice the pool's
+//! `max_inflight`), and ends at the first error (a read error of the input, or
+//! of the compressor), dropping the blocks not yet started; the writer
+//! combines the CRCs as the blocks come back, in order.
 //!
 //! # The deflate backend: zlib-rs, chosen by measurement
 //!
