@@ -77,9 +77,10 @@
 //! (32 KiB) until it is compressed, then its output (at most `B` plus 0.1 %
 //! and 64 bytes, usually much less) until it is written. Each block is
 //! compressed by a deflate state of its own (about 350 KiB with zlib-rs,
-//! freed after the block), on one of the `p` workers or inline on the reading
-//! thread; the reader holds one block read ahead, the writer a 256 KiB
-//! buffer. With `W` the window (by default twice the pool's `max_inflight`,
+//! freed after the block) on one of the `p` workers, so at most `p` of them
+//! at once (512 KiB each in the bound below, with one more 512 KiB for the
+//! writer's 256 KiB buffer); the reader holds one block read ahead. With `W`
+//! the window (by default twice the pool's `max_inflight`,
 //! i.e. 4 blocks per thread):
 //!
 //! ```text
