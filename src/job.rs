@@ -240,6 +240,17 @@ impl<F: FnOnce() + Send> HeapJob<F> {
         unsafe { registry.admit(here, lender, job, count_in) };
     }
 
+    /// Admits the root job on the credit of the calling thread, a worker of another pool that
+    /// will wait for it (as a call from another pool's job is admitted: never waiting), and
+    /// makes it runnable. A job of a scope must have been counted in the scope already.
+    pub fn admit_on_credit(self: Box<Self>, registry: &Registry) {
+        let job = self.into_job_ref();
+        // SAFETY: the lender is the job's first field (`repr(C)`); the job is not runnable
+        // yet, so it is alive, and the reference is not used once `make_runnable` ran.
+        registry.admit_credit(unsafe { &*(job.data as *const Lender) });
+        registry.make_runnable(job);
+    }
+
     /// Admits the job now if a token is free (its parent's, else the pool's) and makes it
     /// runnable; else hands it back. Never waits.
     pub fn offer(self: Box<Self>, registry: &Registry) -> Result<(), Box<Self>> {

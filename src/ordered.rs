@@ -42,6 +42,9 @@ fn linger(ready: impl Fn() -> bool) -> bool {
 /// again.)
 const LINGER_ROUNDS: usize = 64;
 
+/// The most slots a stream allocates, whatever its window (see [`OrderedMap::window`]).
+const MAX_SLOTS: usize = 1 << 16;
+
 /// A panic payload.
 type Payload = Box<dyn std::any::Any + Send>;
 
@@ -170,7 +173,8 @@ where
     }
 
     /// Sets the window: the most items pulled from the source and not yet handed back (queued,
-    /// running, or waiting for their turn). Default: 2 × the pool's `max_inflight`.
+    /// running, or waiting for their turn). Default: 2 × the pool's `max_inflight`. A window
+    /// above 65,536 items holds 65,536: its slots are allocated when the stream starts.
     ///
     /// # Panics
     ///
@@ -200,7 +204,9 @@ where
                 .take()
                 .expect("the function moves into the stream once"),
             fails: self.fails,
-            slots: (0..self.window).map(|_| Slot::default()).collect(),
+            slots: (0..self.window.min(MAX_SLOTS))
+                .map(|_| Slot::default())
+                .collect(),
             handoff: Handoff::new(),
             stop: AtomicUsize::new(usize::MAX),
             consumer: self.scope.registry().waker_for(here),
@@ -213,7 +219,7 @@ where
     fn pull(&mut self, stream: &Stream<I::Item, O, F>) {
         // Relaxed: a hint; an item pulled past a failure is dropped unrun anyway.
         while !self.source_done
-            && self.pulled - self.handed < self.window
+            && self.pulled - self.handed < stream.slots.len()
             && self.pulled < stream.stop.load(Ordering::Relaxed)
         {
             let Some(item) = self.source.next() else {
@@ -241,7 +247,7 @@ where
                 // The consumer runs the items itself, or a carrier lives.
                 stream.handoff.remove_carrier();
             } else {
-                self.scope.spawn(Stream::carrier(stream));
+                self.scope.spawn_awaited(Stream::carrier(stream));
             }
             return;
         }

@@ -1055,14 +1055,13 @@ impl WorkerThread {
 
     /// Waits until `done`, running only what `own` runs (work of the waiting code's own, such
     /// as the items of an ordered stream; it returns whether it ran something) and the jobs
-    /// pinned to this worker (a broadcast waits for this very thread), and sleeping otherwise.
-    /// Never a job from a deque or the injector: such a job could bury the wait under unrelated
-    /// work that outlives `done` (rayon #858), so whatever `done` waits for must progress
-    /// without this thread (design §4.13). Whoever makes `done` true wakes this worker by index
-    /// ([`WakeTarget::Worker`](crate::latch::WakeTarget)). A wake that was meant for an idle
-    /// worker (new work announced while this one slept) is passed on to another sleeper.
+    /// pinned to this worker (a broadcast waits for this very thread), and sleeping aside
+    /// otherwise (`Sleep::sleep_aside`: announcements of new work pass it by). Never a job from
+    /// a deque or the injector: such a job could bury the wait under unrelated work that
+    /// outlives `done` (rayon #858), so whatever `done` waits for must progress without this
+    /// thread (design §4.13). Whoever makes `done` true wakes this worker by index
+    /// ([`WakeTarget::Worker`](crate::latch::WakeTarget)).
     pub fn wait_for_own(&self, done: impl Fn() -> bool, mut own: impl FnMut() -> bool) {
-        let sleep = &self.registry.sleep;
         let mut idle = 0;
         while !done() {
             if own() {
@@ -1080,11 +1079,8 @@ impl WorkerThread {
                 thread::yield_now();
                 continue;
             }
-            let announced = sleep.announcements();
-            sleep.sleep(self.index, || self.has_pinned(), &done);
-            if sleep.announcements() != announced {
-                sleep.new_work();
-            }
+            let sleep = &self.registry.sleep;
+            sleep.sleep_aside(self.index, || self.has_pinned(), &done);
         }
     }
 

@@ -73,8 +73,8 @@ impl<'scope> Scope<'scope> {
     /// Called on any thread that is not a worker of the scope's pool (a worker of another pool
     /// the scope was passed to through a call, or a plain thread started inside the scope), the
     /// call never waits: `f` starts at once as a root job if a pool token is free, else it is
-    /// left to the scope's owner, which admits it as a child of its own job when it next waits,
-    /// at the latest at the scope's end. (Waiting for a pool token instead could deadlock: the
+    /// left to the scope's owner, which admits it as a child of its own job when it waits for
+    /// the scope's end. (Waiting for a pool token instead could deadlock: the
     /// owner may hold the only one while it waits for the caller.) Such spawns are not
     /// backpressured.
     ///
@@ -130,11 +130,7 @@ impl<'scope> Scope<'scope> {
         // other thread does: it may hold what the scope's jobs wait for. And one owner spawn
         // at a time waits on the credit root (a lender has one waiting borrower at most): one
         // made while another waits is left to the owner too.
-        let owner_waits = own.is_none()
-            && self.latch.owner().is_caller(here)
-            && job_address(here) == self.owner_job
-            // Relaxed: only the owner's thread touches the flag.
-            && !self.credit_admits.load(Ordering::Relaxed);
+        let owner_waits = own.is_none() && self.owner_may_wait(here);
         let lender = match &self.credit {
             // SAFETY: the credit root lives as long as the scope, which outlives its jobs.
             Some(credit) if owner_waits => unsafe {
@@ -201,6 +197,36 @@ impl<'scope> Scope<'scope> {
                 false
             }
         }
+    }
+
+    /// Whether a spawn from the calling thread (worker state `here`, no worker of this pool) is
+    /// the owner's own and may wait for admission (see `spawn_job`).
+    fn owner_may_wait(&self, here: Option<&WorkerThread>) -> bool {
+        self.latch.owner().is_caller(here)
+            && job_address(here) == self.owner_job
+            // Relaxed: only the owner's thread touches the flag.
+            && !self.credit_admits.load(Ordering::Relaxed)
+    }
+
+    /// Spawns `f` as a job of this scope for a caller that will wait for it: as [`Scope::spawn`]
+    /// on a worker of this pool and for the owner's own spawns; from any other thread, whose
+    /// spawn `Scope::spawn` would offer or else leave to the owner (which may be waiting for
+    /// this very caller: a job of another pool that the owner's call waits for, a thread the
+    /// body joins), the job is a root admitted on the caller's *credit*, at once, as a call from
+    /// another pool's job is (design §1.4, §4.13). For the ordered stream's carriers.
+    pub(crate) fn spawn_awaited<F>(&self, f: F)
+    where
+        F: FnOnce(&Scope<'scope>) + Send + 'scope,
+    {
+        let here = WorkerThread::current();
+        if self.registry.own(here).is_some() || self.owner_may_wait(here) {
+            return self.spawn(f);
+        }
+        // SAFETY: a null parent: a root.
+        let lender = unsafe { self.registry.new_child(ptr::null()) };
+        let job = HeapJob::new(lender, job_body(self, f), &self.latch);
+        self.latch.increment();
+        job.admit_on_credit(&self.registry);
     }
 
     /// Runs `admit`, an admission by the scope's owner that may wait, with the credit root

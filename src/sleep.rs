@@ -49,6 +49,9 @@ struct WorkerSleep {
     /// Up from just before the worker's last checks under `blocked` until it is woken or leaves:
     /// a waker that sees it down needs no lock (see the module doc).
     asleep: AtomicBool,
+    /// Set, under `blocked`, while the worker sleeps *aside* ([`Sleep::sleep_aside`]): for a
+    /// condition of its own, not for work. Read under `blocked`.
+    aside: AtomicBool,
 }
 
 /// The sleep state of a pool's workers.
@@ -70,6 +73,7 @@ impl Sleep {
                         blocked: Mutex::new(false),
                         wake: Condvar::new(),
                         asleep: AtomicBool::new(false),
+                        aside: AtomicBool::new(false),
                     })
                 })
                 .collect(),
@@ -105,6 +109,37 @@ impl Sleep {
             me.asleep.store(false, Ordering::Relaxed);
         }
         self.leave();
+    }
+
+    /// Blocks worker `index` until it is woken by index ([`Sleep::wake_worker`]), unless
+    /// `has_work` or `done` says there is no need: a sleep for a condition of the worker's own
+    /// (see `WorkerThread::wait_for_own`), not for work. The worker does not count as a sleeper,
+    /// and announcements of new work pass it by ([`Sleep::new_work`] wakes a worker that sleeps
+    /// for work, or none): it would not take the work. The handshake with its waker is the
+    /// latch's (module doc). Returns early (spuriously) at times; callers loop.
+    pub fn sleep_aside(&self, index: usize, has_work: impl Fn() -> bool, done: impl Fn() -> bool) {
+        if has_work() || done() {
+            return;
+        }
+        crate::chaos::point();
+        let me = &self.workers[index];
+        let mut blocked = lock(&me.blocked);
+        // Relaxed: written and read under the mutex.
+        me.aside.store(true, Ordering::Relaxed);
+        // SeqCst store and fence: the sleeper's half of the latch handshake (module doc).
+        me.asleep.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if !has_work() && !done() {
+            *blocked = true;
+            while *blocked {
+                blocked = wait(&me.wake, blocked);
+            }
+        } else {
+            // Relaxed: as in `sleep`.
+            me.asleep.store(false, Ordering::Relaxed);
+        }
+        // Relaxed: under the mutex.
+        me.aside.store(false, Ordering::Relaxed);
     }
 
     /// Takes one worker out of `sleepers`.
@@ -147,7 +182,7 @@ impl Sleep {
         self.announcements.fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         for index in 0..self.workers.len() {
-            if self.wake_if_asleep(index) {
+            if self.wake_if_asleep(index, true) {
                 return;
             }
         }
@@ -159,12 +194,13 @@ impl Sleep {
         // SeqCst fence: orders the caller's latch store before the flag load (the setter's half
         // of the flag handshake).
         fence(Ordering::SeqCst);
-        self.wake_if_asleep(index)
+        self.wake_if_asleep(index, false)
     }
 
-    /// Wakes worker `index` if its flag is up and it is blocked. The caller has fenced (SeqCst)
-    /// after the write the worker must see.
-    fn wake_if_asleep(&self, index: usize) -> bool {
+    /// Wakes worker `index` if its flag is up and it is blocked, unless it sleeps aside and
+    /// `for_work` (work announced: it would not take it). The caller has fenced (SeqCst) after
+    /// the write the worker must see.
+    fn wake_if_asleep(&self, index: usize, for_work: bool) -> bool {
         let w = &self.workers[index];
         // SeqCst: the load of the handshakes; down means the worker will see the caller's write
         // (it raises the flag, fences, then checks).
@@ -172,24 +208,21 @@ impl Sleep {
             return false;
         }
         let mut blocked = lock(&w.blocked);
-        if !*blocked {
+        // Relaxed: written under the mutex, which this thread holds.
+        let aside = w.aside.load(Ordering::Relaxed);
+        if !*blocked || (for_work && aside) {
             return false;
         }
         *blocked = false;
         // Relaxed: another waker that still reads it up takes this mutex, and then finds the
         // worker not blocked.
         w.asleep.store(false, Ordering::Relaxed);
-        self.leave();
+        if !aside {
+            // An aside sleeper never counted itself in.
+            self.leave();
+        }
         w.wake.notify_one();
         true
-    }
-
-    /// How many times new work was announced to sleepers so far: a worker that sleeps for
-    /// something else than work (see `WorkerThread::wait_for_own`) compares it across its sleep
-    /// to tell whether a wake meant for an idle worker may have reached it.
-    pub fn announcements(&self) -> usize {
-        // SeqCst: as every access to the counter.
-        self.announcements.load(Ordering::SeqCst)
     }
 
     /// Workers counted as sleepers now (for the loom models).

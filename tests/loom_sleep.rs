@@ -27,7 +27,10 @@
 //!   `Relaxed` and no fence: models (a) to (d) deadlock;
 //! * without the fence after `wake_one`'s `announcements` increment, or without the increment:
 //!   model (a) deadlocks;
-//! * if a woken worker also takes itself out of `sleepers`: "a worker left sleep twice".
+//! * if a woken worker also takes itself out of `sleepers`: "a worker left sleep twice";
+//! * if `wake_one` does not pass by a worker that sleeps aside: model (f) deadlocks;
+//! * if the waker of an aside sleeper takes it out of `sleepers`: model (e) fails "a worker
+//!   left sleep twice".
 //!
 //! # What is assumed
 //!
@@ -188,4 +191,67 @@ fn take_one(sleep: &Sleep, index: usize, jobs: &AtomicUsize) {
         }
         sleep.sleep(index, has_work, || false);
     }
+}
+
+/// Model (e): worker 0 sleeps aside (`sleep_aside`, as an ordered stream's consumer waits in
+/// `wait_for_own`) until its latch is set; the setter sets it, then wakes it by index. Like
+/// model (b); an aside sleeper never counts itself in `sleepers`, and its waker does not take
+/// it out ("a worker left sleep twice" otherwise).
+#[test]
+fn latch_wakes_aside_sleeper() {
+    model(None, || {
+        let sleep = Arc::new(Sleep::new(1));
+        let latch = Arc::new(AtomicBool::new(false));
+
+        let setter = {
+            let (sleep, latch) = (sleep.clone(), latch.clone());
+            thread::spawn(move || {
+                latch.store(true, Ordering::Release);
+                sleep.wake_worker(0);
+            })
+        };
+        let done = || latch.load(Ordering::Acquire);
+        while !done() {
+            sleep.sleep_aside(0, || false, done);
+        }
+        setter.join().unwrap();
+        assert_eq!(sleep.sleepers(), 0);
+    });
+}
+
+/// Model (f): worker 0 sleeps aside until its latch is set, worker 1 sleeps for work; a pusher
+/// publishes work and calls `new_work()`. The announcement must reach worker 1, not be spent on
+/// worker 0 (which would not take the work): only once worker 1 took it is worker 0's latch set.
+#[test]
+fn new_work_passes_an_aside_sleeper_by() {
+    model(Some(3), || {
+        let sleep = Arc::new(Sleep::new(2));
+        let work = Arc::new(AtomicBool::new(false));
+        let latch = Arc::new(AtomicBool::new(false));
+
+        let aside = {
+            let (sleep, latch) = (sleep.clone(), latch.clone());
+            thread::spawn(move || {
+                let done = || latch.load(Ordering::Acquire);
+                while !done() {
+                    sleep.sleep_aside(0, || false, done);
+                }
+            })
+        };
+        let pusher = {
+            let (sleep, work) = (sleep.clone(), work.clone());
+            thread::spawn(move || {
+                work.store(true, Ordering::Release);
+                sleep.new_work();
+            })
+        };
+        while !has_work(&work) {
+            sleep.sleep(1, || has_work(&work), || false);
+        }
+        pusher.join().unwrap();
+        latch.store(true, Ordering::Release);
+        sleep.wake_worker(0);
+        aside.join().unwrap();
+        assert_eq!(sleep.sleepers(), 0);
+    });
 }
