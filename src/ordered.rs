@@ -22,24 +22,29 @@ use crate::job::{drop_quietly, JobResult};
 use crate::latch::WakeTarget;
 use crate::registry::{wait_on, Registry, WorkerThread};
 use crate::scope::Scope;
-use crate::sync::{fence, thread, Arc, AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use crossbeam_utils::{Backoff, CachePadded};
 
-/// Yields the thread a few times until `ready`: a carrier with nothing to claim waits so for the
-/// consumer's next pull, and a consumer for its next result, before either does anything dearer
-/// (leave and be spawned again, or sleep and be woken). Returns whether `ready` held.
+use crate::sync::{fence, Arc, AtomicBool, AtomicU8, AtomicUsize, Ordering};
+
+/// Spins, then yields, for a moment, until `ready` (crossbeam's `Backoff`: 127 spins, then
+/// yields): a carrier with nothing to claim waits so for the consumer's next pull, and a
+/// consumer for its next result, before either does anything dearer (leave and be spawned
+/// again, or sleep and be woken). Returns whether `ready` held.
 fn linger(ready: impl Fn() -> bool) -> bool {
-    (0..LINGER_ROUNDS).any(|_| {
+    let backoff = Backoff::new();
+    for _ in 0..LINGER_ROUNDS {
         if ready() {
             return true;
         }
-        thread::yield_now();
-        false
-    }) || ready()
+        backoff.snooze();
+    }
+    ready()
 }
 
-/// How many times [`linger`] yields. (A spin-then-yield backoff of crossbeam's, shorter, cost
-/// 1 µs items about 40% more in `benches/ordered.rs`: more carriers left and were spawned
-/// again.)
+/// How many times [`linger`] backs off. In `benches/ordered.rs` (1 µs items, a plain-thread
+/// consumer, 2 workers on 2 cores), yielding at once cost about 30% more than pariter; backing
+/// off from spins to yields brought it to pariter's cost; fewer rounds let carriers leave and
+/// be spawned again, more kept three threads competing for two cores.
 const LINGER_ROUNDS: usize = 64;
 
 /// The most slots a stream allocates, whatever its window (see [`OrderedMap::window`]).
@@ -205,7 +210,7 @@ where
                 .expect("the function moves into the stream once"),
             fails: self.fails,
             slots: (0..self.window.min(MAX_SLOTS))
-                .map(|_| Slot::default())
+                .map(|_| CachePadded::new(Slot::default()))
                 .collect(),
             handoff: Handoff::new(),
             stop: AtomicUsize::new(usize::MAX),
@@ -383,7 +388,7 @@ struct Stream<T, O, F> {
     f: F,
     fails: fn(&O) -> bool,
     /// Item `i` lives in slot `i % slots.len()` from its pull until it is handed back.
-    slots: Box<[Slot<T, O>]>,
+    slots: Box<[CachePadded<Slot<T, O>>]>,
     handoff: Handoff,
     /// Items at or past this index are dropped unrun (a failure, a panic, or the stream's end).
     stop: AtomicUsize,
@@ -538,12 +543,12 @@ where
 ///   `waiting`, fences, then checks its condition. One of the two sees the other (the latch
 ///   rule of design §3.6), so a consumer never waits for a completion that has happened.
 pub struct Handoff {
-    /// Items published by the consumer.
-    pulled: AtomicUsize,
+    /// Items published by the consumer (written by it alone: a line of its own).
+    pulled: CachePadded<AtomicUsize>,
     /// Items claimed (to run, or to drop), oldest first.
-    claimed: AtomicUsize,
+    claimed: CachePadded<AtomicUsize>,
     /// Claimed items whose slot is done.
-    completed: AtomicUsize,
+    completed: CachePadded<AtomicUsize>,
     /// Carriers spawned that have not left.
     carriers: AtomicUsize,
     /// The consumer waits (or is about to): completers wake it.
@@ -560,9 +565,9 @@ impl Handoff {
     /// No item, no carrier.
     pub fn new() -> Self {
         Handoff {
-            pulled: AtomicUsize::new(0),
-            claimed: AtomicUsize::new(0),
-            completed: AtomicUsize::new(0),
+            pulled: CachePadded::new(AtomicUsize::new(0)),
+            claimed: CachePadded::new(AtomicUsize::new(0)),
+            completed: CachePadded::new(AtomicUsize::new(0)),
             carriers: AtomicUsize::new(0),
             waiting: AtomicBool::new(false),
         }
