@@ -28,7 +28,7 @@ use pariter::IteratorExt;
 use rayon::iter::{ParallelBridge, ParallelIterator};
 
 /// Spin iterations of about 1 µs on the machine the figures in docs/benchmarks.md come from.
-const PER_MICRO: u64 = 400;
+const PER_MICRO: u64 = 900;
 
 /// About `micros` µs of CPU, depending on `seed`.
 fn work(seed: u64, micros: u64) -> u64 {

@@ -90,7 +90,7 @@
 //! where 4 MiB is the binary, the runtime and the pool's threads (a run on an
 //! empty input peaks at 3.5 MiB). With the defaults on 2 threads (W = 8,
 //! B = 128 KiB) that is 7.9 MiB; the benchmark's run stays under it
-//! (`docs/pgz-benchmarks.md`), and `tests/pgz.rs` (`bounded_rss`) checks it on
+//! (`docs/benchmarks.md`, "CPU pipelines"), and `tests/pgz.rs` (`bounded_rss`) checks it on
 //! 32 MiB for several W, B and p with the hidden `--peak-rss`, which prints
 //! the process's own peak (VmHWM) on stderr at the end. To make RSS follow the live buffers, pgz sets
 //! glibc's `M_MMAP_THRESHOLD` to 64 KiB ([`big_buffers_from_mmap`]): every
