@@ -24,7 +24,7 @@ use crate::registry::{wait_on, Registry, WorkerThread};
 use crate::scope::Scope;
 use crossbeam_utils::{Backoff, CachePadded};
 
-use crate::sync::{fence, Arc, AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use crate::sync::{fence, lock, Arc, AtomicBool, AtomicU8, AtomicUsize, Mutex, Ordering};
 
 /// Spins, then yields, for a moment, until `ready` (crossbeam's `Backoff`: 127 spins, then
 /// yields): a carrier with nothing to claim waits so for the consumer's next pull, and a
@@ -214,7 +214,7 @@ where
                 .collect(),
             handoff: Handoff::new(),
             stop: AtomicUsize::new(usize::MAX),
-            consumer: self.scope.registry().waker_for(here),
+            consumer: Mutex::new(self.scope.registry().waker_for(here)),
         });
         self.stream = Some(stream.clone());
         stream
@@ -345,10 +345,15 @@ impl<I: Iterator, F, O> OrderedMap<'_, '_, I, F, O> {
         if linger(&done) {
             return;
         }
+        // The thread may have changed kind since the last wait (the builder's thread of a
+        // `use_current_thread` pool is that pool's worker only inside its calls): the target is
+        // the thread as it waits now, published before the flag that makes completers read it.
+        let here = WorkerThread::current();
+        *lock(&stream.consumer) = self.scope.registry().waker_for(here);
         stream.handoff.arm();
         match self.inline_worker() {
             Some(worker) => worker.wait_for_own(&done, own),
-            None => wait_on(WorkerThread::current(), &done),
+            None => wait_on(here, &done),
         }
         stream.handoff.disarm();
     }
@@ -392,7 +397,9 @@ struct Stream<T, O, F> {
     handoff: Handoff,
     /// Items at or past this index are dropped unrun (a failure, a panic, or the stream's end).
     stop: AtomicUsize,
-    consumer: WakeTarget,
+    /// Who to wake: the consumer as it waits now (set by each wait before it raises the
+    /// `waiting` flag; read by a completer that saw the flag).
+    consumer: Mutex<WakeTarget>,
 }
 
 // SAFETY: an item (Send) moves from the consumer to the one thread that claimed it, an output
@@ -454,7 +461,8 @@ impl<T, O, F> Stream<T, O, F> {
         // Release: publishes the output to the consumer's acquire.
         slot.state.store(DONE, Ordering::Release);
         if self.handoff.complete() {
-            self.consumer.clone().wake(registry);
+            let consumer = lock(&self.consumer).clone();
+            consumer.wake(registry);
         }
     }
 

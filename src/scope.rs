@@ -209,11 +209,12 @@ impl<'scope> Scope<'scope> {
     }
 
     /// Spawns `f` as a job of this scope for a caller that will wait for it: as [`Scope::spawn`]
-    /// on a worker of this pool and for the owner's own spawns; from any other thread, whose
+    /// on a worker of this pool and for the owner's own spawns. From any other thread, whose
     /// spawn `Scope::spawn` would offer or else leave to the owner (which may be waiting for
-    /// this very caller: a job of another pool that the owner's call waits for, a thread the
-    /// body joins), the job is a root admitted on the caller's *credit*, at once, as a call from
-    /// another pool's job is (design §1.4, §4.13). For the ordered stream's carriers.
+    /// this very caller), the job is a root admitted as that thread's calls into the pool are
+    /// (design §1.4, §4.13): on the caller's *credit*, at once, from a worker of another pool;
+    /// on a pool token, waiting (parked) for one, from a plain thread. For the ordered stream's
+    /// carriers.
     pub(crate) fn spawn_awaited<F>(&self, f: F)
     where
         F: FnOnce(&Scope<'scope>) + Send + 'scope,
@@ -222,11 +223,16 @@ impl<'scope> Scope<'scope> {
         if self.registry.own(here).is_some() || self.owner_may_wait(here) {
             return self.spawn(f);
         }
-        // SAFETY: a null parent: a root.
-        let lender = unsafe { self.registry.new_child(ptr::null()) };
-        let job = HeapJob::new(lender, job_body(self, f), &self.latch);
+        let job = HeapJob::new(
+            self.registry.new_lender_on(None),
+            job_body(self, f),
+            &self.latch,
+        );
         self.latch.increment();
-        job.admit_on_credit(&self.registry);
+        match here {
+            Some(_) => job.admit_on_credit(&self.registry),
+            None => job.admit(&self.registry, None),
+        }
     }
 
     /// Runs `admit`, an admission by the scope's owner that may wait, with the credit root
