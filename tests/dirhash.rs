@@ -19,6 +19,8 @@
 //! These tests use only the public CLI, so they hold for the sequential stub
 //! pool and for the real treepool alike.
 
+mod common;
+
 use std::ffi::OsStr;
 use std::fs;
 use std::io::{Read, Write};
@@ -37,35 +39,7 @@ const WATCHDOG: Duration = Duration::from_secs(60);
 
 fn dirhash_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let exe = std::env::current_exe().expect("current_exe");
-        // target/<profile>/deps/dirhash-<hash>
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("test executable lives in target/<profile>/deps");
-        let target_dir = profile_dir.parent().expect("target dir");
-        let profile = match profile_dir.file_name().and_then(OsStr::to_str) {
-            Some("debug") | None => "dev".to_string(),
-            Some(p) => p.to_string(),
-        };
-        let out = Command::new(env!("CARGO"))
-            .args(["build", "--example", "dirhash", "--profile", &profile])
-            .arg("--manifest-path")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
-            .env("CARGO_TARGET_DIR", target_dir)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run cargo build --example dirhash");
-        assert!(
-            out.status.success(),
-            "cargo build --example dirhash failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let bin = profile_dir.join("examples").join("dirhash");
-        assert!(bin.is_file(), "{} was not built", bin.display());
-        bin
-    })
+    BIN.get_or_init(|| common::build_example("dirhash"))
 }
 
 struct Run {

@@ -11,6 +11,8 @@
 //! Every child runs under a watchdog that kills it after a deadline and fails
 //! the test, so a hang cannot hang the suite.
 
+mod common;
+
 use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::{Read, Write};
@@ -36,35 +38,7 @@ const BLOCK: usize = BLOCK_KIB * 1024;
 
 fn pgz_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let exe = std::env::current_exe().expect("current_exe");
-        // target/<profile>/deps/pgz-<hash>
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("test executable lives in target/<profile>/deps");
-        let target_dir = profile_dir.parent().expect("target dir");
-        let profile = match profile_dir.file_name().and_then(OsStr::to_str) {
-            Some("debug") | None => "dev".to_string(),
-            Some(p) => p.to_string(),
-        };
-        let out = Command::new(env!("CARGO"))
-            .args(["build", "--example", "pgz", "--profile", &profile])
-            .arg("--manifest-path")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
-            .env("CARGO_TARGET_DIR", target_dir)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run cargo build --example pgz");
-        assert!(
-            out.status.success(),
-            "cargo build --example pgz failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let bin = profile_dir.join("examples").join("pgz");
-        assert!(bin.is_file(), "{} was not built", bin.display());
-        bin
-    })
+    BIN.get_or_init(|| common::build_example("pgz"))
 }
 
 /// What a child did.

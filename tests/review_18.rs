@@ -53,40 +53,13 @@ fn two_waiting_children_of_the_credit_root() {
 
 #[test]
 fn in_place_scope_from_another_pool_two_waiting_children() {
-    if std::env::var("REVIEW_CHILD").is_ok() {
-        two_waiting_children_of_the_credit_root();
-        return;
-    }
-    run_in_child("in_place_scope_from_another_pool_two_waiting_children", 20);
-}
-
-/// Runs the test `name` alone in a child process with `REVIEW_CHILD=1`, and fails unless it
-/// passes within `secs` seconds (a hang, an abort, or a LeakSanitizer report under ASan all
-/// fail it: before the fix this shape failed a debug assertion and hung, or aborted).
-fn run_in_child(name: &str, secs: u64) {
-    use std::process::{Command, Stdio};
-    use std::time::{Duration, Instant};
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env("REVIEW_CHILD", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success(), "child {name}: {status}");
-            return;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("child {name}: killed after {secs} s (hang)");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // Before the fix this shape failed a debug assertion and hung, or aborted.
+    common::isolated(
+        "in_place_scope_from_another_pool_two_waiting_children",
+        "REVIEW_CHILD",
+        20,
+        two_waiting_children_of_the_credit_root,
+    );
 }
 
 /// The builder's thread of `use_current_thread` is worker 0 (`treepool::current_thread_index()`

@@ -9,10 +9,6 @@ use std::time::Duration;
 
 use common::{assert_idle, wait_idle};
 
-fn child_env() -> bool {
-    std::env::var("REVIEW18B_CHILD").is_ok()
-}
-
 /// Design §1.4's own example of why a spawn from another pool's worker may not wait ("take B
 /// with one token, held by a job J_B that calls `A.install`; the A root spawns into B. Waiting
 /// there, it would wait for B's token, held by J_B, which waits for that A root"), reached on
@@ -60,14 +56,11 @@ fn x_root_on_the_owners_thread_waits_for_its_own_caller() {
 
 #[test]
 fn x_root_run_by_the_in_place_owner_spawns_into_its_scope() {
-    if child_env() {
-        x_root_on_the_owners_thread_waits_for_its_own_caller();
-        return;
-    }
-    common::in_child(
+    common::isolated(
         "x_root_run_by_the_in_place_owner_spawns_into_its_scope",
         "REVIEW18B_CHILD",
         30,
+        x_root_on_the_owners_thread_waits_for_its_own_caller,
     );
 }
 
@@ -114,14 +107,11 @@ fn x_root_run_by_a_yield_in_the_body() {
 
 #[test]
 fn x_root_run_by_a_yield_in_the_in_place_body_spawns_into_its_scope() {
-    if child_env() {
-        x_root_run_by_a_yield_in_the_body();
-        return;
-    }
-    common::in_child(
+    common::isolated(
         "x_root_run_by_a_yield_in_the_in_place_body_spawns_into_its_scope",
         "REVIEW18B_CHILD",
         30,
+        x_root_run_by_a_yield_in_the_body,
     );
 }
 
@@ -151,14 +141,11 @@ fn use_current_thread_in_place_scope_runs_its_spawn() {
 
 #[test]
 fn use_current_thread_in_place_scope_on_the_builders_thread() {
-    if child_env() {
-        use_current_thread_in_place_scope_runs_its_spawn();
-        return;
-    }
-    common::in_child(
+    common::isolated(
         "use_current_thread_in_place_scope_on_the_builders_thread",
         "REVIEW18B_CHILD",
         20,
+        use_current_thread_in_place_scope_runs_its_spawn,
     );
 }
 
@@ -218,21 +205,20 @@ fn panics_in_the_deferred_path(which: u32, y_cap: usize) {
 
 #[test]
 fn panics_around_a_deferred_owner_spawn_leave_both_pools_idle() {
-    if child_env() {
-        std::panic::set_hook(Box::new(|_| {}));
-        // Y's cap 1: D4 is deferred; 2 and 3: D4 may be offered (a root on a free token).
-        for y_cap in 1..=3 {
-            for which in 0..8 {
-                for _ in 0..3 {
-                    panics_in_the_deferred_path(which, y_cap);
-                }
-            }
-        }
-        return;
-    }
-    common::in_child(
+    common::isolated(
         "panics_around_a_deferred_owner_spawn_leave_both_pools_idle",
         "REVIEW18B_CHILD",
         120,
+        || {
+            std::panic::set_hook(Box::new(|_| {}));
+            // Y's cap 1: D4 is deferred; 2 and 3: D4 may be offered (a root on a free token).
+            for y_cap in 1..=3 {
+                for which in 0..8 {
+                    for _ in 0..3 {
+                        panics_in_the_deferred_path(which, y_cap);
+                    }
+                }
+            }
+        },
     );
 }

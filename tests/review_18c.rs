@@ -15,10 +15,6 @@ use std::time::Duration;
 
 use common::{assert_idle, wait_idle};
 
-fn child_env() -> bool {
-    std::env::var("REVIEW18C_CHILD").is_ok()
-}
-
 /// Prints `y`'s stats after 2 s (to stderr, which `in_child` reports on a hang): what Y holds
 /// while the consumer waits.
 fn watch<'a>(ts: &'a std::thread::Scope<'a, '_>, y: &'a treepool::ThreadPool) {
@@ -70,15 +66,14 @@ fn x_job_on_the_owners_thread_consumes_an_ordered_stream(y_threads: usize) {
 
 #[test]
 fn an_x_job_on_the_owners_thread_consumes_an_ordered_stream_of_the_scope() {
-    if child_env() {
-        x_job_on_the_owners_thread_consumes_an_ordered_stream(2);
-        x_job_on_the_owners_thread_consumes_an_ordered_stream(1);
-        return;
-    }
-    common::in_child(
+    common::isolated(
         "an_x_job_on_the_owners_thread_consumes_an_ordered_stream_of_the_scope",
         "REVIEW18C_CHILD",
         20,
+        || {
+            x_job_on_the_owners_thread_consumes_an_ordered_stream(2);
+            x_job_on_the_owners_thread_consumes_an_ordered_stream(1);
+        },
     );
 }
 
@@ -116,14 +111,11 @@ fn bounced_root_consumes_an_ordered_stream() {
 
 #[test]
 fn an_x_root_bounced_onto_the_owners_thread_consumes_an_ordered_stream() {
-    if child_env() {
-        bounced_root_consumes_an_ordered_stream();
-        return;
-    }
-    common::in_child(
+    common::isolated(
         "an_x_root_bounced_onto_the_owners_thread_consumes_an_ordered_stream",
         "REVIEW18C_CHILD",
         20,
+        bounced_root_consumes_an_ordered_stream,
     );
 }
 
@@ -153,14 +145,11 @@ fn join_half_consumes_while_an_owner_spawn_waits() {
 
 #[test]
 fn a_join_half_of_the_body_consumes_an_ordered_stream_while_an_owner_spawn_waits() {
-    if child_env() {
-        join_half_consumes_while_an_owner_spawn_waits();
-        return;
-    }
-    common::in_child(
+    common::isolated(
         "a_join_half_of_the_body_consumes_an_ordered_stream_while_an_owner_spawn_waits",
         "REVIEW18C_CHILD",
         20,
+        join_half_consumes_while_an_owner_spawn_waits,
     );
 }
 
@@ -197,27 +186,21 @@ fn thread_in_the_body_consumes_an_ordered_stream(from_x: bool) {
 
 #[test]
 fn a_thread_started_in_a_plain_threads_in_place_body_consumes_an_ordered_stream() {
-    if child_env() {
-        thread_in_the_body_consumes_an_ordered_stream(false);
-        return;
-    }
-    common::in_child(
+    common::isolated(
         "a_thread_started_in_a_plain_threads_in_place_body_consumes_an_ordered_stream",
         "REVIEW18C_CHILD",
         20,
+        || thread_in_the_body_consumes_an_ordered_stream(false),
     );
 }
 
 #[test]
 fn a_thread_started_in_an_x_jobs_in_place_body_consumes_an_ordered_stream() {
-    if child_env() {
-        thread_in_the_body_consumes_an_ordered_stream(true);
-        return;
-    }
-    common::in_child(
+    common::isolated(
         "a_thread_started_in_an_x_jobs_in_place_body_consumes_an_ordered_stream",
         "REVIEW18C_CHILD",
         20,
+        || thread_in_the_body_consumes_an_ordered_stream(true),
     );
 }
 
@@ -225,21 +208,15 @@ fn a_thread_started_in_an_x_jobs_in_place_body_consumes_an_ordered_stream() {
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-fn runs_in_child(name: &str, f: impl FnOnce()) {
-    if child_env() {
-        f();
-    } else {
-        common::in_child(name, "REVIEW18C_CHILD", 30);
-    }
-}
-
 /// The builder's thread B of a `use_current_thread` pool opens the free `in_place_scope`
 /// (entered as worker 0) while another thread, which owns the pool, drops it mid-body; the
 /// body goes on spawning after the other workers stopped: B runs them at its waits.
 #[test]
 fn use_current_thread_in_place_scope_while_another_thread_drops_the_pool() {
-    runs_in_child(
+    common::isolated(
         "use_current_thread_in_place_scope_while_another_thread_drops_the_pool",
+        "REVIEW18C_CHILD",
+        30,
         || {
             for threads in 1..=3 {
                 for cap in 1..=2 {
@@ -308,8 +285,10 @@ fn one_drop_mid_body(threads: usize, cap: usize) {
 /// raised after every job ran, and the pool is idle (B4).
 #[test]
 fn use_current_thread_in_place_scope_panics_and_nested_calls_leave_the_pool_idle() {
-    runs_in_child(
+    common::isolated(
         "use_current_thread_in_place_scope_panics_and_nested_calls_leave_the_pool_idle",
+        "REVIEW18C_CHILD",
+        30,
         || {
             std::panic::set_hook(Box::new(|_| {}));
             for threads in 1..=2 {
@@ -364,8 +343,10 @@ fn use_current_thread_in_place_scope_panics_and_nested_calls_leave_the_pool_idle
 /// of Y and spawns and consumes an ordered stream there, with X jobs already queued.
 #[test]
 fn a_start_handler_owns_an_in_place_scope_of_another_pool() {
-    runs_in_child(
+    common::isolated(
         "a_start_handler_owns_an_in_place_scope_of_another_pool",
+        "REVIEW18C_CHILD",
+        30,
         || {
             let y = std::sync::Arc::new(common::pool(1, 1));
             let done = std::sync::Arc::new(AtomicUsize::new(0));
@@ -458,8 +439,10 @@ fn bounce_fifo_and_broadcast(y_threads: usize, panic_in: u32) {
 
 #[test]
 fn bounces_fifo_spawns_and_broadcasts_with_panics_leave_both_pools_idle() {
-    runs_in_child(
+    common::isolated(
         "bounces_fifo_spawns_and_broadcasts_with_panics_leave_both_pools_idle",
+        "REVIEW18C_CHILD",
+        30,
         || {
             std::panic::set_hook(Box::new(|_| {}));
             for y_threads in 1..=2 {
@@ -513,7 +496,7 @@ fn ordered_stream_in_the_18b_cycle() {
 
 #[test]
 fn an_x_root_in_review_18bs_cycle_consumes_an_ordered_stream() {
-    runs_in_child(
+    common::isolated(
         "an_x_root_in_review_18bs_cycle_consumes_an_ordered_stream",
         ordered_stream_in_the_18b_cycle,
     );

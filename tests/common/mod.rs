@@ -104,6 +104,50 @@ pub fn in_child(name: &str, env: &str, secs: u64) {
     }
 }
 
+/// For a test whose failure is a hang or an abort: in the child process (where `env` is set),
+/// runs `f`; in the test's own process, runs the test `name` alone in a child with `env=1` and
+/// asserts that it passes within `secs` seconds ([`in_child`]).
+pub fn isolated(name: &str, env: &str, secs: u64, f: impl FnOnce()) {
+    if std::env::var_os(env).is_some() {
+        f();
+    } else {
+        in_child(name, env, secs);
+    }
+}
+
+/// Builds the example `name` with cargo, in the profile and target directory of the running
+/// test binary (so `cargo test --release` tests a release build), and returns its path.
+pub fn build_example(name: &str) -> std::path::PathBuf {
+    use std::path::Path;
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test>-<hash>
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test executable lives in target/<profile>/deps");
+    let target_dir = profile_dir.parent().expect("target dir");
+    let profile = match profile_dir.file_name().and_then(std::ffi::OsStr::to_str) {
+        Some("debug") | None => "dev".to_string(),
+        Some(p) => p.to_string(),
+    };
+    let out = Command::new(env!("CARGO"))
+        .args(["build", "--example", name, "--profile", &profile])
+        .arg("--manifest-path")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", target_dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("run cargo build --example {name}: {e}"));
+    assert!(
+        out.status.success(),
+        "cargo build --example {name} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bin = profile_dir.join("examples").join(name);
+    assert!(bin.is_file(), "{} was not built", bin.display());
+    bin
+}
+
 /// A pool of `threads` workers and `cap` tokens.
 pub fn pool(threads: usize, cap: usize) -> treepool::ThreadPool {
     treepool::ThreadPoolBuilder::new()
