@@ -13,7 +13,6 @@
 
 mod common;
 
-use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;

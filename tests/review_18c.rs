@@ -498,6 +498,8 @@ fn ordered_stream_in_the_18b_cycle() {
 fn an_x_root_in_review_18bs_cycle_consumes_an_ordered_stream() {
     common::isolated(
         "an_x_root_in_review_18bs_cycle_consumes_an_ordered_stream",
+        "REVIEW18C_CHILD",
+        30,
         ordered_stream_in_the_18b_cycle,
     );
 }
