@@ -76,6 +76,16 @@ pub fn enter<T, R>(
     Ok(f(worker, value))
 }
 
+/// Runs `f` with the calling thread's worker state: the worker it is, if any; else, on the
+/// builder's thread of a pool (`pool`, or any if `None`) outside a call, that thread entered as
+/// the pool's worker 0 for the length of `f` (see [`enter`]); else none.
+pub fn with_here<T>(pool: Option<usize>, f: impl FnOnce(Option<&WorkerThread>) -> T) -> T {
+    match WorkerThread::current() {
+        Some(here) => f(Some(here)),
+        None => enter(pool, f, |worker, f| f(Some(worker))).unwrap_or_else(|f| f(None)),
+    }
+}
+
 /// Leaves a call: hands the thread's jobs over (its deque's, and the broadcast jobs pinned to
 /// it, which then run on other workers) and makes it a plain thread again.
 struct Leave<'a>(&'a WorkerThread);

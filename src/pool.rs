@@ -561,10 +561,9 @@ pub fn yield_local() -> Option<Yield> {
 /// outside a call, entered for this one as its pool's worker 0 (so a yield there runs the
 /// pool's work, as rayon's does). `None` on any other thread.
 fn on_worker<T>(pool: Option<&Registry>, f: impl FnOnce(&WorkerThread) -> T) -> Option<T> {
-    match WorkerThread::current() {
-        Some(worker) => pool
-            .map_or(true, |pool| pool.id() == worker.registry().id())
-            .then(|| f(worker)),
-        None => borrowed::enter(pool.map(Registry::id), f, |worker, f| f(worker)).ok(),
-    }
+    let id = pool.map(Registry::id);
+    borrowed::with_here(id, |here| {
+        here.filter(|w| id.map_or(true, |id| id == w.registry().id()))
+            .map(f)
+    })
 }

@@ -123,11 +123,7 @@ where
 /// call, as `install` enters it (the scope then helps with the pool's work while it waits, as
 /// rayon's does there: it may be the only thread that can run the scope's jobs); else none.
 fn on_caller<R>(registry: &Registry, f: impl FnOnce(Option<&WorkerThread>) -> R) -> R {
-    match WorkerThread::current() {
-        Some(here) => f(Some(here)),
-        None => borrowed::enter(Some(registry.id()), f, |worker, f| f(Some(worker)))
-            .unwrap_or_else(|f| f(None)),
-    }
+    borrowed::with_here(Some(registry.id()), f)
 }
 
 /// Spawns a detached fifo job into `registry` from the calling thread.
