@@ -64,43 +64,26 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-mod borrowed;
-mod broadcast;
-mod builder;
-mod chaos;
-mod fifo;
-mod job;
-mod join;
-mod latch;
-mod lazy;
-mod ordered;
-mod pacing;
-mod pool;
-mod registry;
-mod scope;
-mod scope_fifo;
-mod sleep;
-mod stack;
-mod stats;
-mod sync;
-mod token;
-mod try_scope;
+mod admission;
+mod api;
+mod base;
+mod worker;
 
-pub use broadcast::{broadcast, spawn_broadcast, BroadcastContext};
-pub use builder::{
+pub use admission::stats::Stats;
+pub use api::broadcast::{broadcast, spawn_broadcast, BroadcastContext};
+pub use api::builder::{
     max_num_threads, BuildError, ThreadBuilder, ThreadPoolBuildError, ThreadPoolBuilder,
     DEFAULT_TOKENS_PER_THREAD, NUM_THREADS_ENV,
 };
-pub use join::FnContext;
-pub use ordered::OrderedMap;
-pub use pool::{
+pub use api::join::FnContext;
+pub use api::ordered::OrderedMap;
+pub use api::pool::{
     current_num_threads, current_thread_has_pending_tasks, current_thread_index, join,
     join_context, scope, spawn, yield_local, yield_now, ThreadPool, Yield,
 };
-pub use scope::Scope;
-pub use scope_fifo::{in_place_scope, in_place_scope_fifo, scope_fifo, spawn_fifo, ScopeFifo};
-pub use stats::Stats;
-pub use try_scope::{try_scope, TryScope};
+pub use api::scope::Scope;
+pub use api::scope_fifo::{in_place_scope, in_place_scope_fifo, scope_fifo, spawn_fifo, ScopeFifo};
+pub use api::try_scope::{try_scope, TryScope};
 
 /// The README's examples, compiled and run as doc tests.
 #[cfg(doctest)]
@@ -111,9 +94,11 @@ pub struct ReadmeDoctests;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod __loom {
-    pub use crate::lazy::{PrivateHalves, RequestFlag};
-    pub use crate::ordered::Handoff;
-    pub use crate::sleep::Sleep;
-    pub use crate::sync::Arc;
-    pub use crate::token::{live_lenders, Admission, Lender, LenderRef, Registration, TokenTable};
+    pub use crate::admission::token::{
+        live_lenders, Admission, Lender, LenderRef, Registration, TokenTable,
+    };
+    pub use crate::api::ordered::Handoff;
+    pub use crate::base::sync::Arc;
+    pub use crate::worker::lazy::{PrivateHalves, RequestFlag};
+    pub use crate::worker::sleep::Sleep;
 }

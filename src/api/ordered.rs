@@ -18,13 +18,15 @@ use std::iter::FusedIterator;
 use std::marker::PhantomData;
 use std::panic;
 
-use crate::job::{drop_quietly, JobResult};
-use crate::latch::WakeTarget;
-use crate::registry::{wait_on, Registry, WorkerThread};
-use crate::scope::Scope;
+use crate::api::scope::Scope;
+use crate::base::job_ref::{drop_quietly, JobResult};
+use crate::worker::latch::WakeTarget;
+use crate::worker::registry::Registry;
+use crate::worker::thread::WorkerThread;
+use crate::worker::wait::wait_on;
 use crossbeam_utils::{Backoff, CachePadded};
 
-use crate::sync::{fence, lock, Arc, AtomicBool, AtomicU8, AtomicUsize, Mutex, Ordering};
+use crate::base::sync::{fence, lock, Arc, AtomicBool, AtomicU8, AtomicUsize, Mutex, Ordering};
 
 /// Spins, then yields, for a moment, until `ready` (crossbeam's `Backoff`: 127 spins, then
 /// yields): a carrier with nothing to claim waits so for the consumer's next pull, and a
@@ -462,7 +464,7 @@ impl<T, O, F> Stream<T, O, F> {
         slot.state.store(DONE, Ordering::Release);
         if self.handoff.complete() {
             let consumer = lock(&self.consumer).clone();
-            consumer.wake(registry);
+            consumer.wake(registry.sleep());
         }
     }
 

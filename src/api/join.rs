@@ -13,8 +13,9 @@
 
 use std::marker::PhantomData;
 
-use crate::job::{join_values, JobResult, JoinJob};
-use crate::registry::WorkerThread;
+use crate::base::job_ref::{join_values, JobResult};
+use crate::worker::job::JoinJob;
+use crate::worker::thread::WorkerThread;
 
 /// `join` on a worker thread: the current job's `a` and `b`.
 #[inline]
@@ -55,7 +56,7 @@ where
     // SAFETY: as in `join_in_worker`; this is the same job, to compare against.
     let b_ref = unsafe { job_b.as_job_ref() };
     loop {
-        crate::chaos::point();
+        crate::base::chaos::point();
         if job_b.latch.probe() {
             break;
         }

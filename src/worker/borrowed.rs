@@ -13,9 +13,10 @@
 
 use std::cell::RefCell;
 
-use crate::registry::{set_current_worker, Registry, WorkerSeed, WorkerThread};
-use crate::stack::Headroom;
-use crate::sync::Arc;
+use crate::base::stack::Headroom;
+use crate::base::sync::Arc;
+use crate::worker::registry::{Registry, WorkerSeed};
+use crate::worker::thread::{set_current_worker, WorkerThread};
 
 std::thread_local! {
     /// The worker state of the pool this thread is worker 0 of, if it is one.

@@ -10,12 +10,14 @@
 //! scope's end; another pool's worker runs its own pool's jobs). It never waits for a token of
 //! a pool while the waiting thread could hold a token of another one (design §1.4, §4.10).
 
-use crate::borrowed;
-use crate::fifo;
-use crate::pool::{current_registry, detached_job, from_outside_jobs, ThreadPool};
-use crate::registry::{Registry, WorkerThread};
-use crate::scope::{run_scope, Order, Scope, ScopeHandle};
-use crate::sync::Arc;
+use crate::api::pool::{current_registry, detached_job, from_outside_jobs, ThreadPool};
+use crate::api::scope::{run_scope, Order, Scope, ScopeHandle};
+use crate::base::sync::Arc;
+use crate::worker::borrowed;
+use crate::worker::fifo_lanes::Lanes;
+use crate::worker::registry::Registry;
+use crate::worker::routing;
+use crate::worker::thread::WorkerThread;
 
 /// A scope whose jobs, spawned with [`ScopeFifo::spawn_fifo`], run in the order they were
 /// spawned on each worker thread (rayon-core's `ScopeFifo`).
@@ -38,7 +40,7 @@ use crate::sync::Arc;
 pub struct ScopeFifo<'scope> {
     base: Scope<'scope>,
     /// One worker's lanes each, indexed by worker (see `fifo`).
-    lanes: Box<[fifo::Lanes]>,
+    lanes: Box<[Lanes]>,
 }
 
 impl<'scope> ScopeHandle<'scope> for ScopeFifo<'scope> {
@@ -50,7 +52,7 @@ impl<'scope> ScopeHandle<'scope> for ScopeFifo<'scope> {
 impl<'scope> ScopeFifo<'scope> {
     /// A fifo scope of `registry` owned by the calling thread (`here`: its worker state).
     fn new(registry: Arc<Registry>, here: Option<&WorkerThread>) -> Self {
-        let lanes = fifo::Lanes::per_worker(registry.num_threads());
+        let lanes = Lanes::per_worker(registry.num_threads());
         ScopeFifo {
             base: Scope::new(registry, here),
             lanes,
@@ -131,7 +133,7 @@ fn spawn_fifo_in<F: FnOnce() + Send + 'static>(registry: &Registry, f: F) {
     let here = WorkerThread::current();
     let job = detached_job(registry, here, f);
     match registry.own(here) {
-        Some(worker) => fifo::admit_detached(job, worker),
+        Some(worker) => routing::admit_detached(job, worker),
         None => job.admit(registry, here),
     }
 }

@@ -1,48 +1,23 @@
 //! Broadcasts: one job per worker, each run by its own worker, each admitted like any spawn.
 //!
-//! This module owns the per-worker *inboxes* of pinned jobs, the router that takes a pinned job
-//! to its worker, [`BroadcastContext`], and the broadcast entry points ([`broadcast`],
+//! This module owns [`BroadcastContext`] and the broadcast entry points ([`broadcast`],
 //! [`spawn_broadcast`], [`ThreadPool::broadcast`], [`ThreadPool::spawn_broadcast`],
 //! [`Scope::spawn_broadcast`]). It never admits anything itself and never bypasses the token
 //! table: a broadcast is `num_threads` ordinary spawns (scope spawns for `broadcast` and
 //! `Scope::spawn_broadcast`, detached spawns for `spawn_broadcast`) whose jobs are *pinned*.
 //!
-//! # Pinning
-//!
-//! A pinned job is a `HeapJob` spawned on a worker of its pool and admitted through
-//! [`HeapJob::admit_via`]: every push that its admission makes (the spawner's own push, the
-//! help-first loop's, a publication's, a granter's in `start_granted`) pushes a *router* instead
-//! of the job, a small box with the job, the index of its worker and a latch of the spawner's.
-//! A router is an admitted job like any other to the scheduler: whoever takes it runs it, and
-//! its run puts the job in its worker's inbox (a FIFO), wakes that worker by index
-//! (`Sleep::wake_worker`) and sets the latch. The spawn ([`admit_pinned`]) returns only once
-//! that latch is set: it runs the router itself when the router is the top of its own deque
-//! (admitted on the spot or in its help-first loop), else it waits, helping, for whoever runs
-//! it (a granter on another thread). So a pinned job is in its inbox when its spawn returns,
-//! and a worker runs the jobs pinned to it in the order of their spawns.
-//!
-//! A worker looks at its inbox right after its own deque and before the injector and stealing,
-//! in every wait loop (`wait_until`, hence every admission wait once its help-first loop has
-//! run dry, every `join`, `scope` and call wait) and in the main loop; its sleep checks the
-//! inbox under its sleep flag, as it checks a latch, so no push is missed.
-//!
-//! A worker that stops (its pool was dropped) closes its inbox first: a job that reaches a
-//! closed inbox runs where its router ran, so no job is stranded behind an exited thread (only
-//! then does a pinned job run off its worker; its context still names its worker's index).
+//! How a pinned job reaches its worker is `routing`'s; where it waits there, `inbox`'s.
 
 use std::fmt;
 use std::marker::PhantomData;
 
-use crossbeam_deque::{Injector, Steal};
-use crossbeam_utils::CachePadded;
-
-use crate::job::{HeapJob, JobRef};
-use crate::latch::{Latch, WakeTarget};
-use crate::pool::{current_registry, detached_job, install_in, ThreadPool};
-use crate::registry::{Registry, WorkerThread};
-use crate::scope::{scope_in_worker, Order, Scope, ScopeHandle};
-use crate::scope_fifo::ScopeFifo;
-use crate::sync::{fence, Arc, AtomicBool, Ordering};
+use crate::api::pool::{current_registry, detached_job, install_in, ThreadPool};
+use crate::api::scope::{scope_in_worker, Order, Scope, ScopeHandle};
+use crate::api::scope_fifo::ScopeFifo;
+use crate::base::sync::Arc;
+use crate::worker::registry::Registry;
+use crate::worker::routing::admit_pinned;
+use crate::worker::thread::WorkerThread;
 
 /// Provides context to a closure called by a broadcast: which worker runs it, and how many do.
 ///
@@ -377,187 +352,4 @@ where
             admit_pinned(job, index, worker);
         }
     });
-}
-
-/// Admits `job` (see [`HeapJob::admit_via`]), a job of `worker`'s pool spawned on `worker`,
-/// pinned to worker `target`; returns once the job is in `target`'s inbox (or, if `target` has
-/// stopped, has started), so the jobs of successive pinned spawns reach an inbox in spawn order.
-///
-/// Admitted on the spot or in the help-first loop, the router is the top of this worker's own
-/// deque: it is taken back and run here at once, which delivers it. Else (granted by another
-/// thread, which pushed it where that thread runs, or stolen in between) this worker waits,
-/// helping, until whoever runs it has delivered it: a router's run never waits (see
-/// [`Pinned::run`]), and this wait can take it from any queue itself.
-pub(crate) fn admit_pinned<F: FnOnce() + Send>(
-    job: Box<HeapJob<F>>,
-    target: usize,
-    worker: &WorkerThread,
-) {
-    let arrived = Latch::new(WakeTarget::Worker(worker.index()));
-    let mut router = None;
-    job.admit_via(worker.registry(), Some(worker), true, |job| {
-        let routed = Pinned::route(job, target, &arrived);
-        router = Some(routed);
-        routed
-    });
-    // A job popped is run or pushed back: pushing the top back restores the deque. (Only this
-    // thread pushes to its deque, so a top equal to the router is the router, or, if a thief
-    // ran and freed it meanwhile, another job at its address, which this thread may run as any
-    // wait would.)
-    if let Some(top) = worker.pop() {
-        if Some(top) == router {
-            // SAFETY: an admitted job of this pool taken out of the deque, run once, here.
-            unsafe { top.run() };
-        } else {
-            worker.push(top);
-        }
-    }
-    if !arrived.probe() {
-        worker.wait_until(|| arrived.probe());
-    }
-}
-
-/// A router: an admitted job, the worker that must run it, and the latch its spawner waits on
-/// until the job is in that worker's inbox.
-struct Pinned {
-    job: JobRef,
-    target: usize,
-    arrived: *const Latch,
-}
-
-impl Pinned {
-    /// The router of `job`, pinned to worker `target`; its run sets `arrived`.
-    fn route(job: JobRef, target: usize, arrived: &Latch) -> JobRef {
-        let data = Box::into_raw(Box::new(Pinned {
-            job,
-            target,
-            arrived,
-        }));
-        // SAFETY: `run` is sound on any worker of the job's pool while the box lives, and the
-        // box lives until its one run (which takes it back).
-        unsafe { JobRef::new(data as *const (), Pinned::run) }
-    }
-
-    /// Delivers the job to its worker's inbox, where that worker takes it once its own deque is
-    /// empty, and sets the spawner's latch. Never waits: the job itself runs here only if its
-    /// worker has stopped, after the latch is set. The router runs once (it is in one queue at
-    /// a time), and its job is in one inbox.
-    unsafe fn run(data: *const ()) {
-        // SAFETY: the box came from `Box::into_raw` in `route`; this is its one run.
-        let Pinned {
-            job,
-            target,
-            arrived,
-        } = *unsafe { Box::from_raw(data as *mut Pinned) };
-        // SAFETY: jobs run only on worker threads.
-        let registry = unsafe { WorkerThread::current_unchecked() }.registry();
-        // SAFETY: the spawner waits for the latch in `admit_pinned`, so it is alive until set.
-        unsafe { registry.inboxes().deliver(target, job, registry, arrived) };
-    }
-}
-
-/// One inbox per worker: the jobs pinned to it that its spawners delivered, oldest first.
-pub struct Inboxes {
-    boxes: Box<[CachePadded<Inbox>]>,
-}
-
-struct Inbox {
-    jobs: Injector<JobRef>,
-    /// Set once the worker stops looking (see the module doc).
-    closed: AtomicBool,
-}
-
-impl Inboxes {
-    /// Empty, open inboxes for `n` workers.
-    pub fn new(n: usize) -> Self {
-        let inbox = |_| {
-            CachePadded::new(Inbox {
-                jobs: Injector::new(),
-                closed: AtomicBool::new(false),
-            })
-        };
-        Inboxes {
-            boxes: (0..n).map(inbox).collect(),
-        }
-    }
-
-    /// The oldest job in worker `index`'s inbox. An empty inbox costs two plain loads (the
-    /// steal of an empty injector costs a fence): every wait round looks.
-    #[inline]
-    pub fn take(&self, index: usize) -> Option<JobRef> {
-        if !self.has(index) {
-            return None;
-        }
-        self.take_slow(index)
-    }
-
-    #[cold]
-    fn take_slow(&self, index: usize) -> Option<JobRef> {
-        loop {
-            match self.boxes[index].jobs.steal() {
-                Steal::Success(job) => return Some(job),
-                Steal::Empty => return None,
-                Steal::Retry => {}
-            }
-        }
-    }
-
-    /// Whether worker `index`'s inbox holds a job (its loads are SeqCst: the sleeper's read
-    /// of the handshake in `deliver`).
-    #[inline]
-    pub fn has(&self, index: usize) -> bool {
-        !self.boxes[index].jobs.is_empty()
-    }
-
-    /// Worker `index` stops looking at its inbox (its pool stops, or the builder's thread of
-    /// `use_current_thread` leaves a call); every job that reaches it from now on runs where its
-    /// router ran, and the caller drains what is left.
-    pub fn close(&self, index: usize) {
-        // SeqCst store and fence: the worker's half of the handshake with `deliver` (store,
-        // fence, then its last look at the inbox in the drain that follows).
-        self.boxes[index].closed.store(true, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-    }
-
-    /// Worker `index` looks at its inbox again (the builder's thread of `use_current_thread`,
-    /// entering a call: `borrowed`).
-    pub fn open(&self, index: usize) {
-        // SeqCst: the flag is one side of the handshake with `deliver`.
-        self.boxes[index].closed.store(false, Ordering::SeqCst);
-    }
-
-    fn closed(&self, index: usize) -> bool {
-        // SeqCst: the deliverer's read of the handshake in `deliver`.
-        self.boxes[index].closed.load(Ordering::SeqCst)
-    }
-
-    /// Puts `job` in worker `target`'s inbox, wakes that worker and sets `arrived`. If the
-    /// worker has closed its inbox, runs what is left there here: after the push and a SeqCst
-    /// fence either this thread sees the inbox closed, or the worker's look after closing it
-    /// sees the job (and both may; the inbox hands each job to one of them).
-    ///
-    /// # Safety
-    /// On a worker of `registry`; `job` is an admitted job of `registry`, in no queue;
-    /// `arrived` is valid until set.
-    unsafe fn deliver(
-        &self,
-        target: usize,
-        job: JobRef,
-        registry: &Registry,
-        arrived: *const Latch,
-    ) {
-        self.boxes[target].jobs.push(job);
-        crate::chaos::point();
-        // Fences (SeqCst) after the push: a sleeping worker sees it under its flag, or is woken.
-        registry.sleep().wake_worker(target);
-        // SAFETY: the caller's contract; not touched after this.
-        unsafe { Latch::set(arrived, registry) };
-        if self.closed(target) {
-            while let Some(job) = self.take(target) {
-                // SAFETY: an admitted job, taken out of the inbox once, run here since the
-                // inbox is closed (this thread is a worker of its pool).
-                unsafe { job.run() };
-            }
-        }
-    }
 }

@@ -39,7 +39,7 @@
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{fence, lock, wait, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::base::sync::{fence, lock, wait, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
 
 /// The blocking state of one worker.
 struct WorkerSleep {
@@ -91,7 +91,7 @@ impl Sleep {
         if !has_work() && !done() {
             // The window between the first checks and the flag, where only the checks under the
             // flag catch what is published (chaos builds widen it).
-            crate::chaos::point();
+            crate::base::chaos::point();
             let me = &self.workers[index];
             let mut blocked = lock(&me.blocked);
             // SeqCst store and fence: the sleeper's half of the flag handshakes (module doc).
@@ -121,7 +121,7 @@ impl Sleep {
         if has_work() || done() {
             return;
         }
-        crate::chaos::point();
+        crate::base::chaos::point();
         let me = &self.workers[index];
         let mut blocked = lock(&me.blocked);
         // Relaxed: written and read under the mutex.

@@ -12,8 +12,8 @@
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{AtomicU64, AtomicUsize, Ordering};
-use crate::token::TokenTable;
+use crate::admission::token::TokenTable;
+use crate::base::sync::{AtomicU64, AtomicUsize, Ordering};
 
 /// A snapshot of a pool's admission state and counters, from [`ThreadPool::stats`].
 ///

@@ -13,12 +13,15 @@ use std::any::Any;
 use std::fmt;
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
+use std::sync::{Mutex as StdMutex, OnceLock};
 
-use crate::registry::{main_loop, PanicHandler, Registry, WorkerSeed, WorkerThread};
-use crate::stack::{Headroom, MIN_STACK_SIZE};
-use crate::sync::Arc;
-use crate::token::MAX_TOKENS;
-use crate::ThreadPool;
+use crate::admission::token::MAX_TOKENS;
+use crate::base::stack::{Headroom, MIN_STACK_SIZE};
+use crate::base::sync::Arc;
+use crate::worker::borrowed;
+use crate::worker::registry::{PanicHandler, Registry, WorkerSeed};
+use crate::worker::thread::WorkerThread;
+use crate::worker::wait::main_loop;
 
 /// The environment variable read by `num_threads(0)` (the default).
 pub const NUM_THREADS_ENV: &str = "TREEPOOL_NUM_THREADS";
@@ -113,49 +116,6 @@ impl ThreadPoolBuilder {
     /// [`DEFAULT_TOKENS_PER_THREAD`] per thread, std's thread names and stack size, no pinning.
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// Builds a pool whose workers are scoped threads of a [`std::thread::scope`], calls
-    /// `with_pool` with it, and returns what it returns once the pool is dropped and every
-    /// worker has exited. Each worker thread starts by calling `wrapper`, which must call
-    /// [`ThreadBuilder::run`] (to set up scoped thread-locals around it, for example), as in
-    /// rayon-core. Work of the pool admits its jobs as in any pool: the threads only change
-    /// who runs the workers.
-    ///
-    /// ```
-    /// let data = vec![1, 2, 3];
-    /// let sum = treepool::ThreadPoolBuilder::new()
-    ///     .num_threads(2)
-    ///     .build_scoped(|thread| thread.run(), |pool| pool.install(|| data.iter().sum::<i32>()))
-    ///     .unwrap();
-    /// assert_eq!(sum, 6);
-    /// ```
-    pub fn build_scoped<W, F, R>(self, wrapper: W, with_pool: F) -> Result<R, BuildError>
-    where
-        W: Fn(ThreadBuilder) + Sync,
-        F: FnOnce(&ThreadPool) -> R,
-    {
-        std::thread::scope(|scope| {
-            let wrapper = &wrapper;
-            let pool = self
-                .spawn_handler(move |thread| {
-                    let mut builder = std::thread::Builder::new();
-                    if let Some(name) = thread.name() {
-                        builder = builder.name(name.to_string());
-                    }
-                    if let Some(size) = thread.stack_size() {
-                        builder = builder.stack_size(size);
-                    }
-                    builder.spawn_scoped(scope, move || wrapper(thread))?;
-                    Ok(())
-                })
-                .build()?;
-            Ok(with_pool(&pool))
-        })
-    }
-
-    pub(crate) fn build_registry_for_global(self) -> Result<Arc<Registry>, BuildError> {
-        self.build_registry()
     }
 }
 
@@ -336,18 +296,13 @@ impl<S> ThreadPoolBuilder<S> {
 
 #[allow(private_bounds)]
 impl<S: ThreadSpawn> ThreadPoolBuilder<S> {
-    /// Builds the pool and starts its workers.
-    pub fn build(self) -> Result<ThreadPool, BuildError> {
-        self.build_registry().map(ThreadPool::from_registry)
-    }
-
     /// Builds the global pool, used by the free functions outside any pool. Fails if the global
     /// pool exists already (it is also built, with defaults, on first use).
     pub fn build_global(self) -> Result<(), BuildError> {
-        crate::pool::set_global(self.build_registry()?)
+        set_global(self.build_registry()?)
     }
 
-    fn build_registry(mut self) -> Result<Arc<Registry>, BuildError> {
+    pub(crate) fn build_registry(mut self) -> Result<Arc<Registry>, BuildError> {
         let num_threads = resolve_num_threads(self.num_threads)?;
         let max_inflight = resolve_max_inflight(self.max_inflight, num_threads)?;
         let cores = match self.pin_threads {
@@ -362,7 +317,7 @@ impl<S: ThreadSpawn> ThreadPoolBuilder<S> {
             },
         };
         if self.use_current_thread
-            && (WorkerThread::current().is_some() || crate::borrowed::index().is_some())
+            && (WorkerThread::current().is_some() || borrowed::index().is_some())
         {
             return Err(BuildError::new(
                 "use_current_thread: this thread is already a worker of a pool",
@@ -411,7 +366,7 @@ impl<S: ThreadSpawn> ThreadPoolBuilder<S> {
         }
         std::mem::forget(unfinished);
         if let Some(seed) = own_seed {
-            crate::borrowed::borrow(seed, registry.clone(), segment_size);
+            borrowed::borrow(seed, registry.clone(), segment_size);
         }
         Ok(registry)
     }
@@ -616,3 +571,30 @@ impl fmt::Display for BuildError {
 }
 
 impl std::error::Error for BuildError {}
+
+static GLOBAL: OnceLock<Arc<Registry>> = OnceLock::new();
+static GLOBAL_INIT: StdMutex<()> = StdMutex::new(());
+
+/// The global pool, built with the defaults on first use.
+pub(crate) fn global_registry() -> &'static Arc<Registry> {
+    GLOBAL.get_or_init(|| {
+        ThreadPoolBuilder::new()
+            .build_registry()
+            .unwrap_or_else(|err| panic!("treepool: cannot build the global pool: {err}"))
+    })
+}
+
+/// Installs `registry` as the global pool unless one exists.
+pub(crate) fn set_global(registry: Arc<Registry>) -> Result<(), BuildError> {
+    let _init = GLOBAL_INIT.lock().unwrap_or_else(|e| e.into_inner());
+    match GLOBAL.set(registry) {
+        Ok(()) => Ok(()),
+        Err(unused) => {
+            unused.terminate();
+            borrowed::release(unused.id());
+            Err(BuildError::new(
+                "The global thread pool has already been initialized.",
+            ))
+        }
+    }
+}

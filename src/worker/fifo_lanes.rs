@@ -29,9 +29,8 @@ use std::cell::{Cell, UnsafeCell};
 
 use crossbeam_deque::{Injector, Steal};
 
-use crate::job::{HeapJob, JobRef};
-use crate::registry::WorkerThread;
-use crate::token::Lender;
+use crate::admission::token::Lender;
+use crate::base::job_ref::JobRef;
 
 /// One FIFO of admitted-or-waiting fifo jobs, pushed by one thread, run from any.
 #[derive(Default)]
@@ -152,44 +151,5 @@ struct Close<'a>(&'a Cell<usize>, usize);
 impl Drop for Close<'_> {
     fn drop(&mut self) {
         self.0.set(self.1);
-    }
-}
-
-/// Admits `job`, a fifo spawn of a scope made on `worker` (a worker of the scope's pool), through
-/// the lane of `worker` in `lanes` (the scope's lanes, one per worker): counted in the scope and
-/// admitted exactly as `Scope::spawn` admits (help-first wait, backpressure), then run in order.
-pub fn admit_in_scope<F: FnOnce() + Send>(
-    job: Box<HeapJob<F>>,
-    worker: &WorkerThread,
-    lanes: &[Lanes],
-) {
-    admit(job, worker, &lanes[worker.index()], true);
-}
-
-/// Admits `job`, a detached fifo spawn made on `worker`, through `worker`'s lane in its pool.
-pub fn admit_detached<F: FnOnce() + Send>(job: Box<HeapJob<F>>, worker: &WorkerThread) {
-    admit(
-        job,
-        worker,
-        &worker.registry().fifo_lanes()[worker.index()],
-        false,
-    );
-}
-
-fn admit<F: FnOnce() + Send>(
-    job: Box<HeapJob<F>>,
-    worker: &WorkerThread,
-    lanes: &Lanes,
-    in_scope: bool,
-) {
-    let registry = worker.registry();
-    // SAFETY: `lanes` are the calling worker's (indexed by its index, in its own pool or scope),
-    // and the admission of a spawn from a worker of the job's own pool returns only once the
-    // job is admitted (`Registry::admit`).
-    let parent = worker.current_ptr();
-    unsafe {
-        lanes.lane_for(parent, |park| {
-            job.admit_via(registry, Some(worker), in_scope, park)
-        })
     }
 }

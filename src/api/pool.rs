@@ -7,17 +7,20 @@
 //! worker 0 for the call (see `borrowed`); on the caller's credit from a worker of another pool).
 //! It never bypasses the token table.
 
-use std::sync::{Mutex as StdMutex, OnceLock};
-
-use crate::borrowed;
-use crate::builder::{BuildError, ThreadPoolBuilder};
-use crate::job::{HeapJob, JobResult, RootJob};
-use crate::join::{join_context_in_worker, join_in_worker, thread_mark, FnContext};
-use crate::registry::{wait_on, Registry, WorkerThread};
-use crate::scope::{scope_in_worker, Scope};
-use crate::stats::Stats;
-use crate::sync::Arc;
-use crate::token::LenderRef;
+use crate::admission::stats::Stats;
+use crate::admission::token::LenderRef;
+use crate::api::builder::{
+    global_registry, BuildError, ThreadBuilder, ThreadPoolBuilder, ThreadSpawn,
+};
+use crate::api::join::{join_context_in_worker, join_in_worker, thread_mark, FnContext};
+use crate::api::scope::{scope_in_worker, Scope};
+use crate::base::job_ref::JobResult;
+use crate::base::sync::Arc;
+use crate::worker::borrowed;
+use crate::worker::job::{HeapJob, RootJob};
+use crate::worker::registry::Registry;
+use crate::worker::thread::WorkerThread;
+use crate::worker::wait::wait_on;
 
 /// A work-stealing pool whose jobs are admitted through a lending token table.
 ///
@@ -317,33 +320,6 @@ pub(crate) fn detached_job<F: FnOnce() + Send + 'static>(
     HeapJob::new(lender, body, std::ptr::null())
 }
 
-static GLOBAL: OnceLock<Arc<Registry>> = OnceLock::new();
-static GLOBAL_INIT: StdMutex<()> = StdMutex::new(());
-
-/// The global pool, built with the defaults on first use.
-fn global_registry() -> &'static Arc<Registry> {
-    GLOBAL.get_or_init(|| {
-        ThreadPoolBuilder::new()
-            .build_registry_for_global()
-            .unwrap_or_else(|err| panic!("treepool: cannot build the global pool: {err}"))
-    })
-}
-
-/// Installs `registry` as the global pool unless one exists.
-pub(crate) fn set_global(registry: Arc<Registry>) -> Result<(), BuildError> {
-    let _init = GLOBAL_INIT.lock().unwrap_or_else(|e| e.into_inner());
-    match GLOBAL.set(registry) {
-        Ok(()) => Ok(()),
-        Err(unused) => {
-            unused.terminate();
-            borrowed::release(unused.id());
-            Err(BuildError::new(
-                "The global thread pool has already been initialized.",
-            ))
-        }
-    }
-}
-
 /// The pool a free function called on this thread targets: the calling worker's, else the pool
 /// whose worker 0 the thread is ([`use_current_thread`](ThreadPoolBuilder::use_current_thread)),
 /// else the global pool.
@@ -566,4 +542,55 @@ fn on_worker<T>(pool: Option<&Registry>, f: impl FnOnce(&WorkerThread) -> T) -> 
         here.filter(|w| id.map_or(true, |id| id == w.registry().id()))
             .map(f)
     })
+}
+
+/// `build` and `build_scoped` live here, beside what they build, so that the builder never
+/// imports the pool.
+#[allow(private_bounds)]
+impl<S: ThreadSpawn> ThreadPoolBuilder<S> {
+    /// Builds the pool and starts its workers.
+    pub fn build(self) -> Result<ThreadPool, BuildError> {
+        self.build_registry().map(ThreadPool::from_registry)
+    }
+}
+
+impl ThreadPoolBuilder {
+    /// Builds a pool whose workers are scoped threads of a [`std::thread::scope`], calls
+    /// `with_pool` with it, and returns what it returns once the pool is dropped and every
+    /// worker has exited. Each worker thread starts by calling `wrapper`, which must call
+    /// [`ThreadBuilder::run`] (to set up scoped thread-locals around it, for example), as in
+    /// rayon-core. Work of the pool admits its jobs as in any pool: the threads only change
+    /// who runs the workers.
+    ///
+    /// ```
+    /// let data = vec![1, 2, 3];
+    /// let sum = treepool::ThreadPoolBuilder::new()
+    ///     .num_threads(2)
+    ///     .build_scoped(|thread| thread.run(), |pool| pool.install(|| data.iter().sum::<i32>()))
+    ///     .unwrap();
+    /// assert_eq!(sum, 6);
+    /// ```
+    pub fn build_scoped<W, F, R>(self, wrapper: W, with_pool: F) -> Result<R, BuildError>
+    where
+        W: Fn(ThreadBuilder) + Sync,
+        F: FnOnce(&ThreadPool) -> R,
+    {
+        std::thread::scope(|scope| {
+            let wrapper = &wrapper;
+            let pool = self
+                .spawn_handler(move |thread| {
+                    let mut builder = std::thread::Builder::new();
+                    if let Some(name) = thread.name() {
+                        builder = builder.name(name.to_string());
+                    }
+                    if let Some(size) = thread.stack_size() {
+                        builder = builder.stack_size(size);
+                    }
+                    builder.spawn_scoped(scope, move || wrapper(thread))?;
+                    Ok(())
+                })
+                .build()?;
+            Ok(with_pool(&pool))
+        })
+    }
 }

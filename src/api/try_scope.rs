@@ -15,12 +15,13 @@ use std::cell::Cell;
 use std::marker::PhantomData;
 use std::ptr;
 
-use crate::job::drop_quietly;
-use crate::pool::{from_outside_jobs, install_in, ThreadPool};
-use crate::registry::{Registry, WorkerThread};
-use crate::scope::{run_scope, Order, Scope, ScopeHandle};
-use crate::sync::{Arc, AtomicBool, AtomicPtr, Ordering};
-use crate::token::Lender;
+use crate::admission::token::Lender;
+use crate::api::pool::{from_outside_jobs, install_in, ThreadPool};
+use crate::api::scope::{run_scope, Order, Scope, ScopeHandle};
+use crate::base::job_ref::drop_quietly;
+use crate::base::sync::{Arc, AtomicBool, AtomicPtr, Ordering};
+use crate::worker::registry::Registry;
+use crate::worker::thread::WorkerThread;
 
 /// A scope whose jobs return `Result`, and whose first error cancels it (see [`try_scope`]).
 ///

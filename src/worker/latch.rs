@@ -5,39 +5,50 @@
 //! it needs to wake the waiter *before* publishing the new state, and touch the latch no more
 //! after that, since the waiter may return and free it at once.
 
-use crate::registry::Registry;
-use crate::sync::{thread, Arc, AtomicU8, AtomicUsize, Ordering};
+use crate::base::sync::{thread, AtomicU8, AtomicUsize, Ordering};
+use crate::worker::sleep::Sleep;
+
+/// A pool as a wake target of another pool sees it: its sleepers and its identity (handed down
+/// by the registry, which this layer does not know).
+pub trait SleepingPool: Send + Sync {
+    /// The pool's sleep state, whose workers a setter wakes by index.
+    fn sleep(&self) -> &Sleep;
+    /// The pool's unique id.
+    fn id(&self) -> usize;
+}
 
 /// Who waits, so a setter or a token granter can wake it.
 #[derive(Clone)]
 pub enum WakeTarget {
     /// Worker `index` of the pool in which the latch is set or the token granted.
     Worker(usize),
-    /// Worker `index` of another pool (a call that crossed pools).
-    Foreign(Arc<Registry>, usize),
+    /// Worker `index` of another pool (a call that crossed pools). A std `Arc` whatever the
+    /// build: loom's `Arc` cannot hold a trait object.
+    Foreign(std::sync::Arc<dyn SleepingPool>, usize),
     /// A thread that is no pool's worker; it parks.
     Thread(thread::Thread),
 }
 
 impl WakeTarget {
-    /// Wakes the target; `here` is the pool the setter belongs to.
-    pub fn wake(self, here: &Registry) {
+    /// Wakes the target; `here` is the sleep state of the pool the setter belongs to.
+    pub fn wake(self, here: &Sleep) {
         match self {
             WakeTarget::Worker(index) => {
-                here.sleep().wake_worker(index);
+                here.wake_worker(index);
             }
-            WakeTarget::Foreign(registry, index) => {
-                registry.sleep().wake_worker(index);
+            WakeTarget::Foreign(pool, index) => {
+                pool.sleep().wake_worker(index);
             }
             WakeTarget::Thread(thread) => thread.unpark(),
         }
     }
 
-    /// Whether the target is the calling thread, whose worker state (if a worker) is `here`.
-    pub fn is_caller(&self, here: Option<&crate::registry::WorkerThread>) -> bool {
+    /// Whether the target is the calling thread, which is worker `(pool id, index)` if `here`
+    /// says so, else no worker.
+    pub fn is_caller(&self, here: Option<(usize, usize)>) -> bool {
         match (self, here) {
-            (WakeTarget::Foreign(registry, index), Some(w)) => {
-                registry.id() == w.registry().id() && *index == w.index()
+            (WakeTarget::Foreign(pool, index), Some((pool_id, worker))) => {
+                pool.id() == pool_id && *index == worker
             }
             (WakeTarget::Thread(thread), None) => thread.id() == thread::current().id(),
             // A worker of the latch's own pool is checked by pool membership, never through here.
@@ -83,7 +94,7 @@ impl Latch {
     ///
     /// # Safety
     /// `this` is valid now; it may be freed by the waiter as soon as the state is published.
-    pub unsafe fn set(this: *const Self, here: &Registry) {
+    pub unsafe fn set(this: *const Self, here: &Sleep) {
         // SAFETY: forwarded from the caller.
         unsafe { Self::publish(this, SET, here) }
     }
@@ -92,12 +103,12 @@ impl Latch {
     ///
     /// # Safety
     /// As for [`Latch::set`].
-    pub unsafe fn hand_back(this: *const Self, here: &Registry) {
+    pub unsafe fn hand_back(this: *const Self, here: &Sleep) {
         // SAFETY: forwarded from the caller.
         unsafe { Self::publish(this, HANDED_BACK, here) }
     }
 
-    unsafe fn publish(this: *const Self, state: u8, here: &Registry) {
+    unsafe fn publish(this: *const Self, state: u8, here: &Sleep) {
         // SAFETY: `this` is valid until the store below (caller's contract).
         let target = unsafe { (*this).target.clone() };
         // Release: publishes the job's result to the waiter's acquire in `probe`.
@@ -146,7 +157,7 @@ impl CountLatch {
     ///
     /// # Safety
     /// `this` is valid now; once the count reaches zero the owner may free it.
-    pub unsafe fn decrement(this: *const Self, here: &Registry) {
+    pub unsafe fn decrement(this: *const Self, here: &Sleep) {
         // SAFETY: valid until the decrement below (caller's contract). A clone: the owner may
         // free the latch as soon as the count is zero. (For a worker owner, a copied index.)
         let owner = unsafe { (*this).owner.clone() };

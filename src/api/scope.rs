@@ -11,12 +11,17 @@ use std::marker::PhantomData;
 use std::panic;
 use std::ptr;
 
-use crate::chaos;
-use crate::job::{drop_quietly, Deferred, HeapJob, JobResult};
-use crate::latch::CountLatch;
-use crate::registry::{wait_on, Registry, WorkerThread};
-use crate::sync::{Arc, AtomicBool, AtomicPtr, Ordering};
-use crate::token::LenderRef;
+use crate::admission::token::LenderRef;
+use crate::base::chaos;
+use crate::base::job_ref::{drop_quietly, JobResult};
+use crate::base::sync::{Arc, AtomicBool, AtomicPtr, Ordering};
+use crate::worker::fifo_lanes::Lanes;
+use crate::worker::job::{Deferred, HeapJob};
+use crate::worker::latch::CountLatch;
+use crate::worker::registry::Registry;
+use crate::worker::routing;
+use crate::worker::thread::WorkerThread;
+use crate::worker::wait::wait_on;
 
 /// A scope in which jobs may be spawned that borrow data living at least as long as `'scope`.
 ///
@@ -142,10 +147,8 @@ impl<'scope> Scope<'scope> {
         match (own, order) {
             // Counted in the scope at admission (see `Registry::admit`).
             (Some(worker), Order::Lifo) => job.admit_in_scope(&self.registry, worker),
-            (Some(worker), Order::Fifo(lanes)) => crate::fifo::admit_in_scope(job, worker, lanes),
-            (Some(worker), Order::Pinned(target)) => {
-                crate::broadcast::admit_pinned(job, target, worker)
-            }
+            (Some(worker), Order::Fifo(lanes)) => routing::admit_in_scope(job, worker, lanes),
+            (Some(worker), Order::Pinned(target)) => routing::admit_pinned(job, target, worker),
             // The owner of an in-place scope, which is no worker of this pool: a plain thread
             // waits (parks) for a pool token; another pool's worker spawns a child of its credit
             // root, admitted on its loan or a pool token, waiting and running its own pool's
@@ -193,7 +196,7 @@ impl<'scope> Scope<'scope> {
             Err(job) => {
                 drop(job);
                 // SAFETY: the latch lives in the scope, which the caller borrows.
-                unsafe { CountLatch::decrement(&self.latch, &self.registry) };
+                unsafe { CountLatch::decrement(&self.latch, self.registry.sleep()) };
                 false
             }
         }
@@ -202,7 +205,7 @@ impl<'scope> Scope<'scope> {
     /// Whether a spawn from the calling thread (worker state `here`, no worker of this pool) is
     /// the owner's own and may wait for admission (see `spawn_job`).
     fn owner_may_wait(&self, here: Option<&WorkerThread>) -> bool {
-        self.latch.owner().is_caller(here)
+        self.latch.owner().is_caller(here.map(|w| (w.registry().id(), w.index())))
             && job_address(here) == self.owner_job
             // Relaxed: only the owner's thread touches the flag.
             && !self.credit_admits.load(Ordering::Relaxed)
@@ -280,7 +283,7 @@ impl<'scope> Scope<'scope> {
         chaos::point();
         // The scope is still alive: the calling thread runs inside a job or the body of this
         // scope (that is how it reached `self`), which the scope's count waits for.
-        self.latch.owner().clone().wake(&self.registry);
+        self.latch.owner().clone().wake(self.registry.sleep());
     }
 
     /// Whether a job waits for the owner in [`Scope::admit_deferred`].
@@ -338,7 +341,7 @@ pub(crate) enum Order<'a> {
     Lifo,
     /// A fifo lane of the worker, among the scope's lanes for each worker (rayon's
     /// `spawn_fifo`).
-    Fifo(&'a [crate::fifo::Lanes]),
+    Fifo(&'a [Lanes]),
     /// The inbox of the given worker, whichever thread admits it (a broadcast's job, see
     /// `broadcast`; spawned from a worker of the scope's pool only).
     Pinned(usize),
@@ -461,7 +464,7 @@ where
         JobResult::None => None,
     };
     // SAFETY: the latch lives in the scope, which waits for it right below.
-    unsafe { CountLatch::decrement(&scope.latch, &scope.registry) };
+    unsafe { CountLatch::decrement(&scope.latch, scope.registry.sleep()) };
     loop {
         scope.admit_deferred();
         if scope.latch.probe() {

@@ -13,150 +13,14 @@
 //!   own thread helping deeper in its stack) must admit it (loan of the joiner's token, else a
 //!   pool token) or hand it back unrun.
 
-use std::any::Any;
 use std::cell::UnsafeCell;
-use std::io::Write;
 use std::mem::ManuallyDrop;
-use std::panic::{self, AssertUnwindSafe};
 
-use crate::latch::{CountLatch, Latch, WakeTarget};
-use crate::registry::{Registry, WorkerThread};
-use crate::token::{Lender, LenderRef};
-
-/// A pointer to a job and the function that runs it. Pushed to deques; runs exactly once.
-#[derive(Clone, Copy, Debug)]
-pub struct JobRef {
-    data: *const (),
-    run: unsafe fn(*const ()),
-}
-
-/// Two refs are the same job when they point to the same data (a job lives at one address).
-impl PartialEq for JobRef {
-    fn eq(&self, other: &Self) -> bool {
-        self.data == other.data
-    }
-}
-
-// SAFETY: a JobRef is handed between threads by design; every job type it points to is built
-// from `Send` closures and results, and each is run exactly once.
-unsafe impl Send for JobRef {}
-
-impl JobRef {
-    /// A job that `run` runs with `data` (for job shapes outside this module: the fifo
-    /// indirections of `fifo`, the routers of `broadcast`).
-    ///
-    /// # Safety
-    /// `run(data)` must be sound on a worker of the pool the ref is pushed in, once, for as long
-    /// as the ref may sit in a queue.
-    #[inline]
-    pub unsafe fn new(data: *const (), run: unsafe fn(*const ())) -> Self {
-        JobRef { data, run }
-    }
-
-    /// Runs the job.
-    ///
-    /// # Safety
-    /// On a worker thread of the job's pool, once per job, while the job is alive.
-    #[inline]
-    pub unsafe fn run(self) {
-        // Job bodies catch their panics and the scheduler around them must not unwind: if
-        // anything does, the pool's state (tokens, counts, latches others wait on) is broken,
-        // and going on could free what other threads still use. Abort instead, as rayon does.
-        let guard = AbortOnUnwind;
-        // SAFETY: forwarded from the caller.
-        unsafe { (self.run)(self.data) };
-        std::mem::forget(guard);
-    }
-}
-
-/// Aborts the process if dropped, which happens only while unwinding out of a job.
-struct AbortOnUnwind;
-
-impl Drop for AbortOnUnwind {
-    fn drop(&mut self) {
-        // `writeln!` to a closed stderr returns an error instead of panicking as `eprintln!` does.
-        let _ = writeln!(
-            std::io::stderr(),
-            "treepool: a panic unwound out of a job into the scheduler; aborting"
-        );
-        std::process::abort();
-    }
-}
-
-/// Drops `value` without letting a panic in its `Drop` unwind out: such a panic is caught, and
-/// its own payload is leaked rather than dropped (its drop could panic again). For panic
-/// payloads and results that a job drops on behalf of user code.
-pub fn drop_quietly<T>(value: T) {
-    if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(move || drop(value))) {
-        std::mem::forget(payload);
-    }
-}
-
-/// The values of two halves of a join, or the first half's panic raised again (else the
-/// second's). Whatever is not returned or raised is dropped quietly, so that a panicking `Drop`
-/// cannot unwind while a panic is already on its way (that would abort).
-#[inline]
-pub fn join_values<A, B>(a: JobResult<A>, b: JobResult<B>) -> (A, B) {
-    match (a, b) {
-        (JobResult::Ok(a), JobResult::Ok(b)) => (a, b),
-        (a, b) => join_panicked(a, b),
-    }
-}
-
-/// [`join_values`] when a half panicked: out of line, so the common path stays small.
-#[cold]
-#[inline(never)]
-fn join_panicked<A, B>(a: JobResult<A>, b: JobResult<B>) -> ! {
-    match (a, b) {
-        (JobResult::Panic(payload), other) => {
-            drop_quietly(other);
-            panic::resume_unwind(payload)
-        }
-        (other, JobResult::Panic(payload)) => {
-            drop_quietly(other);
-            panic::resume_unwind(payload)
-        }
-        _ => unreachable!("a join half's result read before it ran"),
-    }
-}
-
-/// What a token granter needs to start a job that waited for admission.
-pub struct Ticket {
-    /// The job to make runnable.
-    pub job: JobRef,
-    /// The thread waiting in the spawn call, to wake once the job is admitted; `None` when the
-    /// spawner did not wait (a spawn from a worker of another pool).
-    pub waker: Option<WakeTarget>,
-}
-
-/// A job's outcome: not yet run, a value, or the panic it raised.
-pub enum JobResult<T> {
-    /// Not run yet.
-    None,
-    /// Returned a value.
-    Ok(T),
-    /// Panicked with this payload.
-    Panic(Box<dyn Any + Send>),
-}
-
-impl<T> JobResult<T> {
-    /// Runs `f`, catching a panic.
-    pub fn call(f: impl FnOnce() -> T) -> Self {
-        match panic::catch_unwind(AssertUnwindSafe(f)) {
-            Ok(value) => JobResult::Ok(value),
-            Err(payload) => JobResult::Panic(payload),
-        }
-    }
-
-    /// The value, or the panic raised again on this thread.
-    pub fn into_value(self) -> T {
-        match self {
-            JobResult::Ok(value) => value,
-            JobResult::Panic(payload) => panic::resume_unwind(payload),
-            JobResult::None => unreachable!("a job's result read before it ran"),
-        }
-    }
-}
+use crate::admission::token::{Lender, LenderRef};
+use crate::base::job_ref::{JobRef, JobResult};
+use crate::worker::latch::{CountLatch, Latch, WakeTarget};
+use crate::worker::registry::Registry;
+use crate::worker::thread::WorkerThread;
 
 /// A spawned job, admitted before it is pushed. One allocation holds the job and its lender,
 /// and lives as long as the lender's last reference (a parked token can outlive the run).
@@ -230,7 +94,7 @@ impl<F: FnOnce() + Send> HeapJob<F> {
         // pointer rather than from `&self.lender`: it must be valid for the whole job, which
         // `free` releases through it, and it must not be a borrow of the box, which
         // `into_job_ref` gives up.
-        let lender = job.data as *const Lender;
+        let lender = job.data() as *const Lender;
         let job = via(job);
         // SAFETY: the lender lives in the job, which stays put until it runs and is freed only
         // with its last reference, and `admit` does not dereference it once the job is
@@ -247,7 +111,7 @@ impl<F: FnOnce() + Send> HeapJob<F> {
         let job = self.into_job_ref();
         // SAFETY: the lender is the job's first field (`repr(C)`); the job is not runnable
         // yet, so it is alive, and the reference is not used once `make_runnable` ran.
-        registry.admit_credit(unsafe { &*(job.data as *const Lender) });
+        registry.admit_credit(unsafe { &*(job.data() as *const Lender) });
         registry.make_runnable(job);
     }
 
@@ -263,10 +127,8 @@ impl<F: FnOnce() + Send> HeapJob<F> {
 
     /// Erases the job's type. The job is freed with its lender's last reference.
     fn into_job_ref(self: Box<Self>) -> JobRef {
-        JobRef {
-            data: Box::into_raw(self) as *const (),
-            run: Self::run,
-        }
+        // SAFETY: `run` takes back the box, once, on a worker of the pool the job is admitted to.
+        unsafe { JobRef::new(Box::into_raw(self) as *const (), Self::run) }
     }
 
     unsafe fn run(data: *const ()) {
@@ -358,10 +220,8 @@ impl<F: FnOnce() -> R + Send, R: Send> RootJob<F, R> {
     /// # Safety
     /// The job must stay where it is until its latch is set.
     pub unsafe fn as_job_ref(&self) -> JobRef {
-        JobRef {
-            data: self as *const Self as *const (),
-            run: Self::run,
-        }
+        // SAFETY: forwarded from the caller (the job outlives its ref, which runs once).
+        unsafe { JobRef::new(self as *const Self as *const (), Self::run) }
     }
 
     unsafe fn run(data: *const ()) {
@@ -376,7 +236,7 @@ impl<F: FnOnce() -> R + Send, R: Send> RootJob<F, R> {
             worker.run_admitted(lender, false, || {
                 *(*this).result.get() = JobResult::call(func)
             });
-            Latch::set(&(*this).latch, worker.registry());
+            Latch::set(&(*this).latch, worker.registry().sleep());
         }
     }
 
@@ -429,10 +289,8 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
     /// # Safety
     /// The job must stay where it is until the joiner has popped it back or seen its latch set.
     pub unsafe fn as_job_ref(&self) -> JobRef {
-        JobRef {
-            data: self as *const Self as *const (),
-            run: Self::run,
-        }
+        // SAFETY: forwarded from the caller (the job outlives its ref, which runs once).
+        unsafe { JobRef::new(self as *const Self as *const (), Self::run) }
     }
 
     /// Runs `b` as part of the joiner's job (no admission): the thread's current job is the
@@ -460,7 +318,7 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
         // Whoever runs this through its `JobRef` took it after its promotion: a thief, or the
         // owner itself while a frame deeper in its stack waits (the joiner's own pop-back calls
         // `run_inline` instead).
-        crate::chaos::point();
+        crate::base::chaos::point();
         let registry = worker.registry();
         if worker.runs_as_part_of(job.parent) {
             // `b` is the current job's code, run while its `a` waits, exactly as if popped
@@ -470,7 +328,7 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
             // taken once (the job left the queues and `PrivateHalves` once).
             worker.start_job(|| worker.as_part(|| unsafe { *job.result.get() = job.run_inline() }));
             // SAFETY: as above.
-            unsafe { Latch::set(&*job.latch, registry) };
+            unsafe { Latch::set(&*job.latch, registry.sleep()) };
             return;
         }
         // Else `b` would start above frames it is not part of, so it must be admitted like any
@@ -481,15 +339,15 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
             // No token: the joiner runs `b` inline when it sees this.
             registry.note_handed_back();
             // SAFETY: the job is alive until the latch is published, not touched after.
-            unsafe { Latch::hand_back(&*job.latch, registry) };
+            unsafe { Latch::hand_back(&*job.latch, registry.sleep()) };
             return;
         }
         // SAFETY: a stolen job runs once, on this thread; the joiner reads after the latch.
         unsafe {
             let func = (*job.func.get()).take().expect("a job runs once");
             worker.run_admitted(lender, false, || *job.result.get() = JobResult::call(func));
-            crate::chaos::point();
-            Latch::set(&*job.latch, registry);
+            crate::base::chaos::point();
+            Latch::set(&*job.latch, registry.sleep());
         }
     }
 }

@@ -24,8 +24,8 @@ use std::cell::{Cell, UnsafeCell};
 
 use crossbeam_utils::CachePadded;
 
-use crate::job::JobRef;
-use crate::sync::{AtomicBool, Ordering};
+use crate::base::job_ref::JobRef;
+use crate::base::sync::{AtomicBool, Ordering};
 
 /// The private join halves of one worker, oldest first. Not `Sync`: the owner's alone.
 ///
