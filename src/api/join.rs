@@ -53,6 +53,9 @@ where
     F: FnOnce() -> R + Send,
     R: Send,
 {
+    // Wait site "join": context (the joiner's pool, the joiner's job); policy OwnDeque until
+    // the deque runs dry (its top is `b`, or jobs pushed above it), then AnyAdmitted. `b` taken
+    // by this wait deeper in the stack runs as part of the job (HalfRunsAsPart, `JoinJob`).
     // SAFETY: as in `join_in_worker`; this is the same job, to compare against.
     let b_ref = unsafe { job_b.as_job_ref() };
     loop {

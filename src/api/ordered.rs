@@ -342,6 +342,9 @@ impl<I: Iterator, F, O> OrderedMap<'_, '_, I, F, O> {
         done: impl Fn() -> bool,
         own: impl FnMut() -> bool,
     ) {
+        // Wait site "stream consumer": a consumer running items inline on a worker of the
+        // scope's pool waits in context (that pool, its job) by OwnItems (ConsumerRunsOwnItems,
+        // sleeping aside); any other consumer waits in its own context by AnyAdmitted, or Park.
         // A result is often a moment away: spin a little before the wait proper (which parks a
         // plain thread at once).
         if linger(&done) {

@@ -248,6 +248,8 @@ where
                 std::ptr::null(),
             )
         };
+        // Wait site "call from the builder's thread": context (this pool, no job: the thread
+        // holds no token), policy AnyAdmitted.
         worker.wait_until(|| job.latch.probe());
     }
     job.into_value()
@@ -278,6 +280,9 @@ where
             registry.admit(None, LenderRef::as_ptr(&lender), job_ref, std::ptr::null())
         },
     }
+    // Wait site "call from outside": on a worker of another pool, context (that pool, the
+    // calling job), policy AnyAdmitted in that pool (the credit call: it waits for nothing of
+    // this pool's tokens); on a thread outside every pool, Park.
     wait_on(here, || job.latch.probe());
     job.into_value()
 }

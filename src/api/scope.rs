@@ -203,7 +203,11 @@ impl<'scope> Scope<'scope> {
     }
 
     /// Whether a spawn from the calling thread (worker state `here`, no worker of this pool) is
-    /// the owner's own and may wait for admission (see `spawn_job`).
+    /// the owner's own and may wait for admission (see `spawn_job`). Named policy
+    /// **OwnerSpawnOnCredit**: the owner's thread is no worker of this pool, so its current job
+    /// here is the credit root, reconstructed from the owner's wake target and `owner_job`. The
+    /// hang it prevents: another pool's root run on the owner's thread (in the scope's end wait,
+    /// or a yield in the body) taken for the owner, waiting for its own caller's token.
     fn owner_may_wait(&self, here: Option<&WorkerThread>) -> bool {
         self.latch.owner().is_caller(here.map(|w| (w.registry().id(), w.index())))
             && job_address(here) == self.owner_job
@@ -211,7 +215,8 @@ impl<'scope> Scope<'scope> {
             && !self.credit_admits.load(Ordering::Relaxed)
     }
 
-    /// Spawns `f` as a job of this scope for a caller that will wait for it: as [`Scope::spawn`]
+    /// Named policy **AwaitedCarrierAsCall**. Spawns `f` as a job of this scope for a caller that
+    /// will wait for it: as [`Scope::spawn`]
     /// on a worker of this pool and for the owner's own spawns. From any other thread, whose
     /// spawn `Scope::spawn` would offer or else leave to the owner (which may be waiting for
     /// this very caller), the job is a root admitted as that thread's calls into the pool are
@@ -241,6 +246,9 @@ impl<'scope> Scope<'scope> {
     /// Runs `admit`, an admission by the scope's owner that may wait, with the credit root
     /// marked as admitting while it has one: spawns that the wait's jobs make on this thread
     /// meanwhile are then deferred (see [`Scope::spawn`]) instead of waiting on the root too.
+    /// Named policy **OneOwnerSpawnWaits** (a job has one child waiting for its token at most):
+    /// the hang it prevents is two waiting children of the credit root, the second registered
+    /// above the first and waiting for a loan the first holds.
     fn owner_admits(&self, admit: impl FnOnce()) {
         if self.credit.is_none() {
             // A plain thread's wait parks: nothing runs above it.
@@ -465,6 +473,10 @@ where
     };
     // SAFETY: the latch lives in the scope, which waits for it right below.
     unsafe { CountLatch::decrement(&scope.latch, scope.registry.sleep()) };
+    // Wait site "scope end": context (the scope's pool, the job that opened it) on its
+    // worker, else the calling thread's own (another pool's worker: its pool and job; a plain
+    // thread: Park); policy AnyAdmitted. The spawns of other pools' jobs left to the owner
+    // (ForeignScopeSpawnDeferred) are admitted here, by the owner, between waits.
     loop {
         scope.admit_deferred();
         if scope.latch.probe() {

@@ -59,7 +59,11 @@ impl Registry {
             self.make_runnable_on(own, job);
             return;
         }
-        // No token is free: this admission waits, helping or registered.
+        // No token is free: this admission waits. Wait site "spawn admission": on a worker of
+        // this pool, context (this pool, the spawning job), policy OwnDeque (help-first) and then
+        // AnyAdmitted with AdmittingKeepsHalves (`while_admitting`); on a thread outside every
+        // pool, Park; on a worker of another pool, no wait at all (CrossingSpawnQueued, in
+        // `register_waiter`).
         match own {
             Some(worker) => worker.bump(Counter::AdmissionWaits),
             None => self.counters.bump(slot, Counter::AdmissionWaits),

@@ -46,10 +46,12 @@ impl Registry {
         // From here on the job may run and free the lender it holds: take a reference.
         // SAFETY: as above.
         let lender = unsafe { LenderRef::clone_raw(lender) };
-        // A worker of another pool never waits for a token of this one (design §1.4), but for a
-        // child of the credit root of its own in-place scope (the one kind of non-root it
-        // spawns here), which waits for that root's loan or a pool token: for the root's
-        // descendants and this pool's jobs only, never for a token its caller holds (§4.10).
+        // Named policy CrossingSpawnQueued: a worker of another pool never waits for a token of
+        // this one (the cross-pool rule: it may hold a token of its own pool, and waiting for a
+        // second one while holding it is the two-lock deadlock), but for a child of the credit
+        // root of its own in-place scope (the one kind of non-root it spawns here), which waits
+        // for that root's loan or a pool token: for the root's descendants and this pool's jobs
+        // only, never for a token its caller holds (OwnerSpawnOnCredit).
         let crossing = here.is_some_and(|w| w.registry.id != self.id) && lender.level() == 1;
         // SAFETY: the lender is not registered anywhere yet.
         unsafe {

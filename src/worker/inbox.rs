@@ -71,7 +71,8 @@ impl Inboxes {
 
     /// Worker `index` stops looking at its inbox (its pool stops, or the builder's thread of
     /// `use_current_thread` leaves a call); every job that reaches it from now on runs where its
-    /// router ran, and the caller drains what is left.
+    /// router ran, and the caller drains what is left. Named policy **ClosedInbox**: the hang it
+    /// prevents is a broadcast job stranded in the inbox of a thread that no longer looks.
     pub fn close(&self, index: usize) {
         // SeqCst store and fence: the worker's half of the handshake with `deliver` (store,
         // fence, then its last look at the inbox in the drain that follows).

@@ -168,7 +168,9 @@ unsafe impl<F: Send> Send for HeapJob<F> {}
 
 /// A scope's job that was spawned from a worker of another pool and could not be admitted at
 /// once: the scope's owner admits it as a child of its own job, at the latest when it waits for
-/// the scope's end (see `Scope::spawn`).
+/// the scope's end (see `Scope::spawn`). Named policy **ForeignScopeSpawnDeferred**: the
+/// spawner holds a token of its own pool and must not wait for one of this pool (the cross-pool
+/// rule), and the owner may be waiting for the spawner.
 pub trait Deferred: Send {
     /// Admits the job as a child of `parent` if not null (the credit root of an in-place scope
     /// owned by another pool's worker), else of the calling thread's current job, waiting (and

@@ -102,7 +102,9 @@ impl<H: Copy> PrivateHalves<H> {
     }
 
     /// How many halves the current job keeps private (its own joins' halves, not those of the
-    /// jobs it runs above).
+    /// jobs it runs above): the halves a wait may take for itself (named policy
+    /// **KeepOwnHalves**: a half of a job buried below the current one would be handed back,
+    /// out of reach of that job's own later wait; shape 2 above kept joins of another job).
     #[inline]
     pub fn kept_by_current_job(&self) -> usize {
         self.len() - self.promoted.get().max(self.base.get())

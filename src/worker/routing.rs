@@ -96,6 +96,8 @@ pub fn admit_pinned<F: FnOnce() + Send>(
             worker.push(top);
         }
     }
+    // Wait site "broadcast": context (this pool, the spawning job), policy OwnDeque (the one
+    // pop above) then AnyAdmitted.
     if !arrived.probe() {
         worker.wait_until(|| arrived.probe());
     }

@@ -116,7 +116,9 @@ impl Sleep {
     /// (see `WorkerThread::wait_for_own`), not for work. The worker does not count as a sleeper,
     /// and announcements of new work pass it by ([`Sleep::new_work`] wakes a worker that sleeps
     /// for work, or none): it would not take the work. The handshake with its waker is the
-    /// latch's (module doc). Returns early (spuriously) at times; callers loop.
+    /// latch's (module doc). Returns early (spuriously) at times; callers loop. Named policy
+    /// **SleepAside** (with `Policy::OwnItems`): a worker that would not take new work must not
+    /// absorb the one wake-up meant for a worker that would (the lost wake-up of loom model (e)).
     pub fn sleep_aside(&self, index: usize, has_work: impl Fn() -> bool, done: impl Fn() -> bool) {
         if has_work() || done() {
             return;

@@ -19,8 +19,55 @@ use crate::worker::thread::{set_current_worker, WorkerThread};
 /// Rounds a worker looks for work, yielding the CPU between rounds, before it tries to sleep.
 const SPIN_ROUNDS: u32 = 64;
 
-/// Waits until `done`: a worker (of any pool) runs other jobs of its pool meanwhile; any other
-/// thread parks, and is unparked by whoever makes `done` true.
+/// What a wait may run while it waits. [`Policy::AnyAdmitted`] is the rule; every other policy
+/// only narrows it (runs a subset of what the rule would run), so the one proof of B3 (design,
+/// "Proofs") covers every wait: whatever a wait runs was admitted after the wait began, or is
+/// part of the job that waits, and runs above it on this thread's stack.
+///
+/// The *context* of a wait is the pool it waits in and its current job there: a worker waits
+/// in its own pool ([`WorkerThread`] is one pool's worker) with [`WorkerThread::current_ptr`]
+/// as its current job; a thread that is no worker has no context and parks (**Park**,
+/// [`wait_on`]): it holds no token a job could need. The help-first loop of a spawn
+/// (`WorkerThread::help_until_admitted`) is the narrowest instance, **OwnDeque**: the newest
+/// jobs of its own deque only, until the spawn is admitted (a throughput policy, `help_first`).
+pub enum Policy<'a> {
+    /// **The rule**: any admitted job of the context's pool (own deque, newest first; own inbox
+    /// of pinned jobs; the injector; other workers' deques), and the private join halves of the
+    /// jobs this thread waits in: promoted when a thief asks, and taken by the wait itself once
+    /// it finds nothing else (a half runs as part of its job if that job is current, else it is
+    /// admitted like any steal, or handed back: `JoinJob`'s run).
+    ///
+    /// One narrowing belongs to the rule, **AdmittingKeepsHalves**: while the current job waits to admit
+    /// a spawn ([`WorkerThread::current_admits`]), its private halves are neither promoted nor
+    /// taken. No token is free to admit one and it could not run as part of the job (a job has
+    /// one child waiting for its token at most, `runs_as_part_of`), so it would be handed back,
+    /// out of reach of the job's later wait that needs it. The hang it prevents: `a` waits
+    /// through another pool for something its own `b` produces ("shape 2", as rayon runs it),
+    /// while a spawn of the same job waits for admission. Kept private, the later wait takes it.
+    AnyAdmitted,
+    /// **OwnItems** (the ordered-stream consumer on a worker): only what the closure runs (the
+    /// stream's own items; it returns whether it ran one) and the jobs pinned to this worker (a
+    /// broadcast waits for this very thread); sleeps *aside* (`Sleep::sleep_aside`:
+    /// announcements of new work pass it by). Never a job from a deque or the injector. The
+    /// hang it prevents: such a job could bury the consumer under unrelated work that outlives
+    /// what the consumer waits for (rayon #858), so the stream must progress without it.
+    OwnItems(&'a mut dyn FnMut() -> bool),
+}
+
+/// What one round of a wait did.
+enum Round {
+    /// Ran a job (or an own item).
+    Ran,
+    /// Promoted a private half for a thief and left this round to it: looked at nothing of its
+    /// own, so it must not count towards sleeping.
+    ThiefWindow,
+    /// Found nothing to run.
+    Nothing,
+}
+
+/// Waits until `done`, in the context of the calling thread: a worker (of any pool) waits by
+/// the rule ([`Policy::AnyAdmitted`]) in its own pool; any other thread parks, and is unparked by
+/// whoever makes `done` true (it holds no token of any pool that a job could need: B3).
 pub fn wait_on(here: Option<&WorkerThread>, done: impl Fn() -> bool) {
     match here {
         Some(worker) => worker.wait_until(done),
@@ -33,105 +80,121 @@ pub fn wait_on(here: Option<&WorkerThread>, done: impl Fn() -> bool) {
 }
 
 impl WorkerThread {
-    /// Runs other jobs until `done`, sleeping when there are none.
+    /// Waits until `done` by the rule ([`Policy::AnyAdmitted`]).
+    #[inline]
     pub fn wait_until(&self, done: impl Fn() -> bool) {
-        self.publish_waiting_spawn();
+        self.wait(done, Policy::AnyAdmitted);
+    }
+
+    /// Waits until `done` by [`Policy::OwnItems`], with `own` running the waiter's own items.
+    /// Whoever makes `done` true wakes this worker by index
+    /// ([`WakeTarget::Worker`](crate::worker::latch::WakeTarget)).
+    pub fn wait_for_own(&self, done: impl Fn() -> bool, mut own: impl FnMut() -> bool) {
+        self.wait(done, Policy::OwnItems(&mut own));
+    }
+
+    /// The wait loop: rounds of `policy` until `done`; after `SPIN_ROUNDS` empty rounds, sleep.
+    fn wait(&self, done: impl Fn() -> bool, mut policy: Policy<'_>) {
+        if let Policy::AnyAdmitted = policy {
+            // A wait above a spawn waiting in the help-first loop (a throughput policy).
+            self.publish_waiting_spawn();
+        }
         let mut idle = 0;
         let mut pacing = Pacing::new();
         while !done() {
-            // Private halves of the jobs this thread waits in are work a thief may ask for (a
-            // request stays up while there is none, for the next join to serve). A half just
-            // promoted is left to the thief for this round: the thread's own pop would win it.
-            // While the current job waits to admit a spawn, its halves are neither promoted nor
-            // taken: no token is free to admit one, and it could not run as part of the job
-            // (`runs_as_part_of`), so it would be handed back, out of reach of a later wait of
-            // the job that needs it (shape 2 across pools). Kept private, that wait takes it.
-            let admitting = self.current_admits();
-            let served = self.halves.any() && !admitting && self.serve_request();
-            // broadcast: the inbox after the own deque, before the injector and stealing.
-            let local = if served {
-                self.steal_injected()
-            } else {
-                self.deque
-                    .pop()
-                    .or_else(|| self.take_pinned())
-                    .or_else(|| self.steal_injected())
+            let round = match &mut policy {
+                Policy::AnyAdmitted => self.any_job_round(&mut pacing),
+                Policy::OwnItems(own) => self.own_items_round(own),
             };
-            // With the index of the worker it was stolen from, if it was.
-            let found = local
-                .map(|job| (job, None))
-                .or_else(|| self.steal_from_others().map(|(job, v)| (job, Some(v))))
-                .or_else(|| {
-                    let own = (!served && !admitting).then(|| self.take_own_half());
-                    own.flatten().map(|job| (job, None))
-                });
-            crate::base::chaos::point();
-            if let Some((job, victim)) = found {
-                match victim {
-                    Some(victim) => self.run_stolen(job, victim, &mut pacing),
-                    // SAFETY: jobs in the queues are alive and run once, on a worker of their
-                    // pool.
-                    None => unsafe { job.run() },
+            match round {
+                Round::Ran => idle = 0,
+                // Never sleep after such a round: it did not look at this thread's own deque or
+                // private halves, and a sleeper must have none (the half it waits for may be
+                // one of them), but for those of a job that waits to admit a spawn: that wait
+                // ends with a grant, which wakes this thread.
+                Round::ThiefWindow => thread::yield_now(),
+                Round::Nothing if idle < SPIN_ROUNDS => {
+                    if let Policy::AnyAdmitted = policy {
+                        self.ask_for_work(false);
+                    }
+                    idle += 1;
+                    thread::yield_now();
                 }
-                idle = 0;
-                continue;
+                Round::Nothing => {
+                    self.sleep_in(&policy, &done);
+                    pacing.forget();
+                }
             }
-            if served {
-                // The thief's window. Never sleep after such a round: it did not look at this
-                // thread's own deque or private halves, and a sleeper must have none (the half
-                // it waits for may be one of them), but for those of a job that waits to admit
-                // a spawn: that wait ends with a grant, which wakes this thread.
-                thread::yield_now();
-                continue;
+        }
+    }
+
+    /// One round of [`Policy::AnyAdmitted`].
+    fn any_job_round(&self, pacing: &mut Pacing) -> Round {
+        // Private halves of the jobs this thread waits in are work a thief may ask for (a
+        // request stays up while there is none, for the next join to serve). A half just
+        // promoted is left to the thief for this round: the thread's own pop would win it.
+        // AdmittingKeepsHalves: see `Policy::AnyAdmitted`.
+        let kept = self.current_admits();
+        let served = self.halves.any() && !kept && self.serve_request();
+        // broadcast: the inbox after the own deque, before the injector and stealing.
+        let local = if served {
+            self.steal_injected()
+        } else {
+            self.deque
+                .pop()
+                .or_else(|| self.take_pinned())
+                .or_else(|| self.steal_injected())
+        };
+        // With the index of the worker it was stolen from, if it was.
+        let found = local
+            .map(|job| (job, None))
+            .or_else(|| self.steal_from_others().map(|(job, v)| (job, Some(v))))
+            .or_else(|| {
+                let own = (!served && !kept).then(|| self.take_own_half());
+                own.flatten().map(|job| (job, None))
+            });
+        crate::base::chaos::point();
+        match found {
+            Some((job, Some(victim))) => self.run_stolen(job, victim, pacing),
+            // SAFETY: jobs in the queues are alive and run once, on a worker of their pool.
+            Some((job, None)) => unsafe { job.run() },
+            None if served => return Round::ThiefWindow,
+            None => return Round::Nothing,
+        }
+        Round::Ran
+    }
+
+    /// One round of [`Policy::OwnItems`].
+    fn own_items_round(&self, own: &mut dyn FnMut() -> bool) -> Round {
+        if own() {
+            return Round::Ran;
+        }
+        match self.take_pinned() {
+            Some(job) => {
+                // SAFETY: a pinned job is admitted and runs once, on its worker.
+                unsafe { job.run() };
+                Round::Ran
             }
-            if idle < SPIN_ROUNDS {
-                self.ask_for_work(false);
-                idle += 1;
-                thread::yield_now();
-            } else {
-                // Every busy worker will promote a half at its next join, and that promotion
-                // wakes a sleeper (`promote_oldest`): no private work outlives every awake thief.
+            None => Round::Nothing,
+        }
+    }
+
+    /// Sleeps until woken, as `policy` sleeps: a waiter by the rule asks every busy worker for
+    /// a half first (every busy worker promotes one at its next join, and that promotion wakes
+    /// a sleeper, `promote_oldest`: no private work outlives every awake thief) and sleeps
+    /// until new work or `done`; a waiter for its own items sleeps aside.
+    fn sleep_in(&self, policy: &Policy<'_>, done: &dyn Fn() -> bool) {
+        let sleep = &self.registry.sleep;
+        match policy {
+            Policy::AnyAdmitted => {
                 self.ask_for_work(true);
                 // broadcast: an inbox is to its worker what a latch is to its owner: its pusher
                 // wakes this worker by index (`wake_worker`), so the check under the sleep flag
                 // must see it, with `done`.
                 let done_or_pinned = || done() || self.has_pinned();
-                self.registry
-                    .sleep
-                    .sleep(self.index, || self.has_work(), done_or_pinned);
-                pacing.forget();
+                sleep.sleep(self.index, || self.has_work(), done_or_pinned);
             }
-        }
-    }
-
-    /// Waits until `done`, running only what `own` runs (work of the waiting code's own, such
-    /// as the items of an ordered stream; it returns whether it ran something) and the jobs
-    /// pinned to this worker (a broadcast waits for this very thread), and sleeping aside
-    /// otherwise (`Sleep::sleep_aside`: announcements of new work pass it by). Never a job from
-    /// a deque or the injector: such a job could bury the wait under unrelated work that
-    /// outlives `done` (rayon #858), so whatever `done` waits for must progress without this
-    /// thread (design §4.13). Whoever makes `done` true wakes this worker by index
-    /// ([`WakeTarget::Worker`](crate::worker::latch::WakeTarget)).
-    pub fn wait_for_own(&self, done: impl Fn() -> bool, mut own: impl FnMut() -> bool) {
-        let mut idle = 0;
-        while !done() {
-            if own() {
-                idle = 0;
-                continue;
-            }
-            if let Some(job) = self.take_pinned() {
-                // SAFETY: a pinned job is admitted and runs once, on its worker.
-                unsafe { job.run() };
-                idle = 0;
-                continue;
-            }
-            if idle < SPIN_ROUNDS {
-                idle += 1;
-                thread::yield_now();
-                continue;
-            }
-            let sleep = &self.registry.sleep;
-            sleep.sleep_aside(self.index, || self.has_pinned(), &done);
+            Policy::OwnItems(_) => sleep.sleep_aside(self.index, || self.has_pinned(), done),
         }
     }
 
@@ -142,7 +205,7 @@ impl WorkerThread {
         let start = pacing.wants_run_time(victim_queue).then(Instant::now);
         // A join's half handed back runs nothing here: no level is left from an earlier job.
         self.spawned_level.set(None);
-        // SAFETY: as in `wait_until`.
+        // SAFETY: jobs in the queues are alive and run once, on a worker of their pool.
         unsafe { job.run() };
         let ran = start.map(|start| start.elapsed());
         if pacing.after_steal(ran, self.spawned_level.get(), victim_queue) {
@@ -153,7 +216,8 @@ impl WorkerThread {
         }
     }
 
-    /// Runs one pending job, if there is one (`yield_now`, `yield_local`): from this worker's
+    /// Not a wait: one round, in context (this pool, the yielding job). Runs one pending job,
+    /// if there is one (`yield_now`, `yield_local`): from this worker's
     /// deque only when `local`, else from wherever [`WorkerThread::find_work`] looks. Returns
     /// whether it ran one. The job runs above the yielding job as a helped job runs above a
     /// wait: it started later, so the proof of B3 covers it (design §4.1), and it starts
@@ -177,8 +241,8 @@ impl WorkerThread {
         value
     }
 
-    /// Whether a `join` half of the job `parent`, met by this thread after its promotion, may
-    /// run here as part of that job (`JoinJob::run`): `parent` is the current job, so every
+    /// Named policy **HalfRunsAsPart**. Whether a `join` half of the job `parent`, met by this
+    /// thread after its promotion, may run here as part of that job (`JoinJob::run`): `parent` is the current job, so every
     /// frame above its `join` is its own (another job's run makes itself current), and no spawn
     /// of it waits for admission (a job has one child waiting for its token at most).
     #[inline]
@@ -205,7 +269,7 @@ impl WorkerThread {
 
     /// Whether the current job waits to admit one of its spawns.
     #[inline]
-    pub(super) fn current_admits(&self) -> bool {
+    pub fn current_admits(&self) -> bool {
         let current = self.current.get();
         !current.is_null() && current == self.admitting.get()
     }
@@ -225,6 +289,7 @@ pub fn main_loop(
     let worker = WorkerThread::new(seed, registry, headroom);
     set_current_worker(&worker);
     on_start(worker.index);
+    // Wait site "idle worker": context (this pool, no job), policy AnyAdmitted.
     // SeqCst: pairs with `terminate`'s store (see `Sleep`).
     worker.wait_until(|| worker.registry.terminating.load(Ordering::SeqCst));
     // broadcast: from here on a job pinned to this worker may run where it lands instead.
