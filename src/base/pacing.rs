@@ -28,17 +28,20 @@
 
 use std::time::Duration;
 
-/// A stolen job that runs for less than this is one its spawner would have run cheaper.
+/// A stolen job that runs for less than this is one its spawner would have run cheaper. Tuned
+/// on: 100,000 empty spawns on 2 threads (`benches/scope_fanout.rs`).
 pub const TINY_JOB: Duration = Duration::from_micros(2);
 
 /// How long a thief pauses after such a job before it steals again: a few of its victim's
-/// spawns.
+/// spawns. Tuned on: 100,000 empty spawns on 2 threads (`benches/scope_fanout.rs`).
 pub const STEAL_BACKOFF: Duration = Duration::from_micros(1);
 
 /// The most jobs a victim's deque may hold for its thief to pause. A spawner held back by its
 /// tokens keeps a few jobs queued and runs them itself; a deque longer than this is one its
 /// owner is not draining (a job that spawned many and went on with its own work), and only
-/// thieves will run it.
+/// thieves will run it. Tuned on: 100,000 tiny spawns followed by 40 ms of the spawner's own
+/// work, `max_inflight(1 << 20)` (docs/benchmarks-notes.md, "Thief pacing": eightfold slower
+/// without this bound).
 pub const SHORT_QUEUE: usize = 8;
 
 /// One waiting thread's view of what its steals found (a local of its wait loop).
