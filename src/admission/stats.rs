@@ -90,7 +90,7 @@ pub struct Stats {
     /// helping nested that deep, as a deep spawn tree makes it) starts on a segment of the
     /// worker's stack size mapped from the heap (each worker keeps one such segment for reuse
     /// and unmaps the others when their jobs return). Zero for trees whose helping stays
-    /// shallow; see `docs/design.md` §4.4 for what a level costs.
+    /// shallow; see `docs/design.md` §3.6 for what a level costs.
     pub stack_segments: u64,
     /// Spawns of fallible scopes ([`TryScope::spawn`](crate::TryScope::spawn)) dropped without
     /// running their closure because their scope was cancelled: a spawn called after the

@@ -222,7 +222,7 @@ impl<S> ThreadPoolBuilder<S> {
     /// `Some(0)` on the builder's thread from then on. The thread runs pool work only while it
     /// is inside a call into the pool (`install`, `join`, `scope`, `spawn`, free or methods):
     /// other workers steal from it then, and when the call returns it leaves nothing behind that
-    /// another worker would wait for (see `docs/design.md` §4.8). With `num_threads(1)` the pool
+    /// another worker would wait for (see `docs/design.md` §4.9). With `num_threads(1)` the pool
     /// therefore runs work only while its builder's thread is in a call: a call from another
     /// thread waits until it is.
     ///

@@ -11,7 +11,7 @@
 //! the token table ([`Scope::try_spawn`] where the consumer can run items itself, else
 //! [`Scope::spawn`]'s rules); an item run inline is part of the consumer's job, as a `join`'s
 //! `a`. It must never let the consumer run work that is not the stream's while it waits for a
-//! result (design §4.13): that work could bury the result the consumer waits for.
+//! result (design §4.8): that work could bury the result the consumer waits for.
 
 use std::cell::UnsafeCell;
 use std::iter::FusedIterator;
@@ -554,7 +554,7 @@ where
 ///   spawns a carrier that waits for admission);
 /// * *waking*: a completer counts its item, fences, then reads `waiting`; the consumer raises
 ///   `waiting`, fences, then checks its condition. One of the two sees the other (the latch
-///   rule of design §3.6), so a consumer never waits for a completion that has happened.
+///   rule of design §3.4), so a consumer never waits for a completion that has happened.
 pub struct Handoff {
     /// Items published by the consumer (written by it alone: a line of its own).
     pulled: CachePadded<AtomicUsize>,

@@ -152,7 +152,7 @@ impl<'scope> Scope<'scope> {
             // The owner of an in-place scope, which is no worker of this pool: a plain thread
             // waits (parks) for a pool token; another pool's worker spawns a child of its credit
             // root, admitted on its loan or a pool token, waiting and running its own pool's
-            // jobs meanwhile (design §1.4, §4.10).
+            // jobs meanwhile (design §2.3, §4.5).
             _ if owner_waits => {
                 self.latch.increment();
                 self.owner_admits(|| job.admit(&self.registry, here));
@@ -220,7 +220,7 @@ impl<'scope> Scope<'scope> {
     /// on a worker of this pool and for the owner's own spawns. From any other thread, whose
     /// spawn `Scope::spawn` would offer or else leave to the owner (which may be waiting for
     /// this very caller), the job is a root admitted as that thread's calls into the pool are
-    /// (design §1.4, §4.13): on the caller's *credit*, at once, from a worker of another pool;
+    /// (design §2.3, §4.8): on the caller's *credit*, at once, from a worker of another pool;
     /// on a pool token, waiting (parked) for one, from a plain thread. For the ordered stream's
     /// carriers.
     pub(crate) fn spawn_awaited<F>(&self, f: F)

@@ -8,7 +8,7 @@
 //! where an admitted job waits to run differs. An in-place scope is an ordinary scope whose
 //! owner, the calling thread, may be no worker of the scope's pool (a plain thread parks at the
 //! scope's end; another pool's worker runs its own pool's jobs). It never waits for a token of
-//! a pool while the waiting thread could hold a token of another one (design §1.4, §4.10).
+//! a pool while the waiting thread could hold a token of another one (design §2.3, §4.5).
 
 use crate::api::pool::{current_registry, detached_job, from_outside_jobs, ThreadPool};
 use crate::api::scope::{run_scope, Order, Scope, ScopeHandle};

@@ -9,7 +9,7 @@
 //! `Scope::spawn`), and its calls go through `run_scope`. Cancellation must never wait, admit or
 //! release anything itself: a spawn made after it returns without admitting its job, and a job
 //! admitted before it finishes at once when it comes up, without running its closure, giving its
-//! token back through the ordinary finish path (design §4.12).
+//! token back through the ordinary finish path (design §4.7).
 
 use std::cell::Cell;
 use std::marker::PhantomData;

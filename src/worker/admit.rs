@@ -29,7 +29,7 @@ impl Registry {
     /// deadlock): the job is queued, and whoever frees a token makes it runnable. Returns once
     /// the job is admitted, or queued. (One exception: a child of an in-place scope's credit
     /// root, spawned by the scope's owner on another pool's worker, waits for that root's loan
-    /// or a pool token, running the owner's pool's jobs meanwhile; design §4.10.)
+    /// or a pool token, running the owner's pool's jobs meanwhile; design §4.5.)
     ///
     /// A worker counts the job in `scope` at the last moment: after its admission, or just
     /// before it registers as a waiter (its granter may make it runnable). In the help-first

@@ -18,7 +18,7 @@
 //! other jobs meanwhile, whose own fifo spawns go to lanes of the *next* nesting (see
 //! [`Lanes::lane_for`]), never into a lane where a job waits. Within a nesting each spawning
 //! job has a lane of its own (recycled once empty), so that the spawns of one job run in spawn
-//! order even when an admission wait runs older jobs of the thread in between (design §4.10).
+//! order even when an admission wait runs older jobs of the thread in between (design §4.4).
 //!
 //! A lane and its indirections must outlive one another's use: a scope's lanes live in the scope,
 //! which ends only after every job it counts has run (and so every indirection, one per job, has

@@ -29,7 +29,7 @@ impl Registry {
     /// first (unless null): from the registration on, a granter may make it runnable. Returns
     /// the counted reference to wait on and settle, or `None` when there is nothing to wait
     /// for: the job was admitted on the spot (then `run_where` made it runnable), or the calling thread is a
-    /// worker of another pool, whose spawn is queued and never waits (§1.4 of the design).
+    /// worker of another pool, whose spawn is queued and never waits (design §2.3).
     ///
     /// # Safety
     /// As for [`Registry::admit`]; `job` is not runnable yet, and `lender` not registered.

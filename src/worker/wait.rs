@@ -222,7 +222,7 @@ impl WorkerThread {
     /// if there is one (`yield_now`, `yield_local`): from this worker's
     /// deque only when `local`, else from wherever [`WorkerThread::find_work`] looks. Returns
     /// whether it ran one. The job runs above the yielding job as a helped job runs above a
-    /// wait: it started later, so the proof of B3 covers it (design §4.1), and it starts
+    /// wait: it started later, so the proof of B3 covers it (design §5.1), and it starts
     /// through its own `run` like every job, so B5 does too. Private join halves are left
     /// alone: the current job's would run as part of it anyway, a buried job's would be
     /// handed back.
