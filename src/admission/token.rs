@@ -57,19 +57,26 @@
 //! Jobs of different pools are never linked: a call from a job of another pool starts a root
 //! here. Deadlock freedom (B3), within a pool and across pools, is proved in `docs/design.md`.
 
-use std::any::Any;
 use std::cell::{Cell, UnsafeCell};
 use std::ptr;
 
 use crossbeam_utils::CachePadded;
 
 use crate::base::chaos;
+use crate::base::job_ref::JobRef;
 use crate::base::sync::{fence, AtomicU64, AtomicU8, AtomicUsize, Ordering, WaiterQueue};
+use crate::base::wake::WakeTarget;
 use std::ptr::NonNull;
 
-/// What a granter needs to make a waiting job runnable, opaque to this layer: the worker layer
-/// sets it before the job waits and takes it back, as the same type, when its grant wins.
-pub type Ticket = Box<dyn Any + Send>;
+/// What a granter needs to start a job that waited for admission. The token table only keeps
+/// it: the worker layer sets it before the job waits and takes it back when its grant wins.
+pub struct Ticket {
+    /// The job to make runnable.
+    pub job: JobRef,
+    /// The thread waiting in the spawn call, to wake once the job is admitted; `None` when the
+    /// spawner did not wait (a spawn from a worker of another pool).
+    pub waker: Option<WakeTarget>,
+}
 
 /// The lending word's bit: the token is out on loan to a child.
 const LENT: usize = 0b01;
@@ -130,7 +137,7 @@ pub struct Lender {
     free: unsafe fn(*const Lender),
     /// What the granter makes runnable: written before the job is registered as a waiter, taken
     /// by the one thread whose compare-and-swap admitted it.
-    ticket: UnsafeCell<Option<Ticket>>,
+    ticket: UnsafeCell<Option<Box<Ticket>>>,
 }
 
 // SAFETY: every field but `ticket`, `parent` and `free` is Sync (`free` is a plain function). `ticket` is written only by the
@@ -200,7 +207,7 @@ impl Lender {
     ///
     /// # Safety
     /// Only before the lender is passed to [`TokenTable::register`], by the thread that created it.
-    pub unsafe fn set_ticket<T: Any + Send>(&self, ticket: T) {
+    pub unsafe fn set_ticket(&self, ticket: Ticket) {
         // SAFETY: the caller is the only thread that can reach the lender's ticket yet.
         unsafe { *self.ticket.get() = Some(Box::new(ticket)) }
     }
@@ -209,13 +216,9 @@ impl Lender {
     ///
     /// # Safety
     /// Only by the thread that admitted this lender (the winner of its admission).
-    pub unsafe fn take_ticket<T: Any>(&self) -> Option<T> {
+    pub unsafe fn take_ticket(&self) -> Option<Ticket> {
         // SAFETY: the caller won the admission CAS, so no other thread touches the ticket.
-        let ticket = unsafe { (*self.ticket.get()).take() }?;
-        let ticket = ticket
-            .downcast()
-            .expect("a ticket is taken as the type it was set as");
-        Some(*ticket)
+        unsafe { (*self.ticket.get()).take() }.map(|ticket| *ticket)
     }
 
     /// Marks the job admitted as `how` if it is still pending. Exactly one caller wins.

@@ -20,7 +20,7 @@ use std::panic;
 
 use crate::api::scope::Scope;
 use crate::base::job_ref::{drop_quietly, JobResult};
-use crate::worker::latch::WakeTarget;
+use crate::base::wake::WakeTarget;
 use crate::worker::registry::Registry;
 use crate::worker::thread::WorkerThread;
 use crate::worker::wait::wait_on;

@@ -2,7 +2,7 @@
 //!
 //! `sync` (the std/loom switch), `chaos` (random pauses for stress runs), `job_ref` (the
 //! type-erased reference to a runnable job and what a job's run returns), `stack` (stack
-//! bounds and segments) and `pacing` (a thief's judgement of a stolen job's worth). Nothing here
+//! bounds and segments) and `pacing` (a thief's judgement of a stolen job's worth) and `wake` (whom a setter wakes). Nothing here
 //! may import another layer of the crate.
 
 pub mod chaos;
@@ -10,3 +10,4 @@ pub mod job_ref;
 pub mod pacing;
 pub mod stack;
 pub mod sync;
+pub mod wake;

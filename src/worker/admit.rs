@@ -143,6 +143,7 @@ impl WorkerThread {
     /// frees a token without any queueing or wake-up) until the spawn's job is admitted, on a
     /// token one of them left in `spare` or by `try_admit`, or until a wait above the loop
     /// published it (see [`WaitingSpawn`]). A published spawn's admission comes from its granter.
+    #[inline]
     pub(super) fn help_until_admitted(&self, spawn: &WaitingSpawn) -> Helped {
         // This loop is a wait above the waiting spawn below it, if there is one.
         self.publish_waiting_spawn();

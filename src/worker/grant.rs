@@ -7,22 +7,13 @@
 
 use std::ptr;
 
-use crate::admission::token::{Admission, Lender, LenderRef, Registration, Spare};
+use crate::admission::token::{Admission, Lender, LenderRef, Registration, Spare, Ticket};
 use crate::base::job_ref::JobRef;
+use crate::base::wake::WakeTarget;
 use crate::worker::help_first::{WaitingSpawn, BURIED_WAITS};
-use crate::worker::latch::{CountLatch, WakeTarget};
+use crate::worker::latch::CountLatch;
 use crate::worker::registry::Registry;
 use crate::worker::thread::WorkerThread;
-
-/// What a granter needs to start a job that waited for admission (the token table's opaque
-/// ticket, as this layer sets and takes it).
-pub struct Ticket {
-    /// The job to make runnable.
-    pub job: JobRef,
-    /// The thread waiting in the spawn call, to wake once the job is admitted; `None` when the
-    /// spawner did not wait (a spawn from a worker of another pool).
-    pub waker: Option<WakeTarget>,
-}
 
 impl Registry {
     /// Registers the job `job` of `*lender` as a waiter for a token, counting it in `scope`
@@ -63,7 +54,7 @@ impl Registry {
         match self.tokens.register(&lender) {
             Registration::Admitted => {
                 // SAFETY: admitted by this thread, so the ticket is ours.
-                drop(unsafe { lender.take_ticket::<Ticket>() });
+                drop(unsafe { lender.take_ticket() });
                 self.note_admitted(&lender, Admission::Loan);
                 run_where(job);
                 None
@@ -84,7 +75,7 @@ impl Registry {
         let how = child.admission().expect("a granted job is admitted");
         self.note_admitted(&child, how);
         // SAFETY: this thread's grant won the child's admission, so the ticket is ours.
-        let ticket = unsafe { child.take_ticket::<Ticket>() }.expect("a waiting job has a ticket");
+        let ticket = unsafe { child.take_ticket() }.expect("a waiting job has a ticket");
         self.make_runnable(ticket.job);
         match ticket.waker {
             // The spawner is this very thread (it freed the token while helping): it sees the

@@ -18,7 +18,8 @@ use std::mem::ManuallyDrop;
 
 use crate::admission::token::{Lender, LenderRef};
 use crate::base::job_ref::{JobRef, JobResult};
-use crate::worker::latch::{CountLatch, Latch, WakeTarget};
+use crate::base::wake::WakeTarget;
+use crate::worker::latch::{CountLatch, Latch};
 use crate::worker::registry::Registry;
 use crate::worker::thread::WorkerThread;
 

@@ -1,61 +1,12 @@
-//! Latches: one-shot signals a waiting thread checks between the jobs it helps with, and the
-//! targets they wake.
+//! Latches: one-shot signals a waiting thread checks between the jobs it helps with.
 //!
-//! This module owns the latch states and who gets woken. The rule every setter keeps: copy what
+//! This module owns the latch states; who gets woken is `base::wake`'s. The rule every setter keeps: copy what
 //! it needs to wake the waiter *before* publishing the new state, and touch the latch no more
 //! after that, since the waiter may return and free it at once.
 
-use crate::base::sync::{thread, AtomicU8, AtomicUsize, Ordering};
+use crate::base::sync::{AtomicU8, AtomicUsize, Ordering};
+use crate::base::wake::WakeTarget;
 use crate::worker::sleep::Sleep;
-
-/// A pool as a wake target of another pool sees it: its sleepers and its identity (handed down
-/// by the registry, which this layer does not know).
-pub trait SleepingPool: Send + Sync {
-    /// The pool's sleep state, whose workers a setter wakes by index.
-    fn sleep(&self) -> &Sleep;
-    /// The pool's unique id.
-    fn id(&self) -> usize;
-}
-
-/// Who waits, so a setter or a token granter can wake it.
-#[derive(Clone)]
-pub enum WakeTarget {
-    /// Worker `index` of the pool in which the latch is set or the token granted.
-    Worker(usize),
-    /// Worker `index` of another pool (a call that crossed pools). A std `Arc` whatever the
-    /// build: loom's `Arc` cannot hold a trait object.
-    Foreign(std::sync::Arc<dyn SleepingPool>, usize),
-    /// A thread that is no pool's worker; it parks.
-    Thread(thread::Thread),
-}
-
-impl WakeTarget {
-    /// Wakes the target; `here` is the sleep state of the pool the setter belongs to.
-    pub fn wake(self, here: &Sleep) {
-        match self {
-            WakeTarget::Worker(index) => {
-                here.wake_worker(index);
-            }
-            WakeTarget::Foreign(pool, index) => {
-                pool.sleep().wake_worker(index);
-            }
-            WakeTarget::Thread(thread) => thread.unpark(),
-        }
-    }
-
-    /// Whether the target is the calling thread, which is worker `(pool id, index)` if `here`
-    /// says so, else no worker.
-    pub fn is_caller(&self, here: Option<(usize, usize)>) -> bool {
-        match (self, here) {
-            (WakeTarget::Foreign(pool, index), Some((pool_id, worker))) => {
-                pool.id() == pool_id && *index == worker
-            }
-            (WakeTarget::Thread(thread), None) => thread.id() == thread::current().id(),
-            // A worker of the latch's own pool is checked by pool membership, never through here.
-            _ => false,
-        }
-    }
-}
 
 const UNSET: u8 = 0;
 const SET: u8 = 1;

@@ -15,9 +15,9 @@ use crate::admission::stats::{Counter, Counters, Stats};
 use crate::admission::token::{Admission, Lender, TokenTable};
 use crate::base::job_ref::{drop_quietly, panic_message, JobRef};
 use crate::base::sync::{Arc, AtomicBool, Ordering};
+use crate::base::wake::{SleepingPool, WakeWorker};
 use crate::worker::fifo_lanes::Lanes;
 use crate::worker::inbox::Inboxes;
-use crate::worker::latch::SleepingPool;
 use crate::worker::lazy::WorkRequests;
 use crate::worker::sleep::Sleep;
 
@@ -203,11 +203,13 @@ pub(super) fn admission_counter(how: Admission) -> Counter {
 }
 
 /// The registry as another pool's latches see it: through the `Arc` that keeps it alive.
-impl SleepingPool for Arc<Registry> {
-    fn sleep(&self) -> &Sleep {
-        &self.sleep
+impl WakeWorker for Arc<Registry> {
+    fn wake_worker(&self, index: usize) {
+        self.sleep.wake_worker(index);
     }
+}
 
+impl SleepingPool for Arc<Registry> {
     fn id(&self) -> usize {
         self.id
     }

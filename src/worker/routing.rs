@@ -19,9 +19,10 @@
 //!   and a worker runs the jobs pinned to it in the order of their spawns.
 
 use crate::base::job_ref::JobRef;
+use crate::base::wake::WakeTarget;
 use crate::worker::fifo_lanes::Lanes;
 use crate::worker::job::HeapJob;
-use crate::worker::latch::{Latch, WakeTarget};
+use crate::worker::latch::Latch;
 use crate::worker::thread::WorkerThread;
 
 /// Admits `job`, a fifo spawn of a scope made on `worker` (a worker of the scope's pool), through

@@ -40,6 +40,7 @@
 use crossbeam_utils::CachePadded;
 
 use crate::base::sync::{fence, lock, wait, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::base::wake::WakeWorker;
 
 /// The blocking state of one worker.
 struct WorkerSleep {
@@ -239,5 +240,12 @@ impl Sleep {
         for index in 0..self.workers.len() {
             self.wake_worker(index);
         }
+    }
+}
+
+impl WakeWorker for Sleep {
+    #[inline]
+    fn wake_worker(&self, index: usize) {
+        Sleep::wake_worker(self, index);
     }
 }

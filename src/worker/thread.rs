@@ -16,8 +16,9 @@ use crate::admission::token::{Admission, Lender, Spare};
 use crate::base::job_ref::JobRef;
 use crate::base::stack::Headroom;
 use crate::base::sync::{thread, Arc, Ordering};
+use crate::base::wake::WakeTarget;
 use crate::worker::help_first::{CountHandoff, WaitingSpawn};
-use crate::worker::latch::{CountLatch, WakeTarget};
+use crate::worker::latch::CountLatch;
 use crate::worker::lazy::{PrivateHalves, RequestFlag};
 use crate::worker::registry::{Registry, WorkerSeed};
 
