@@ -125,6 +125,8 @@ mod decompress;
 mod gzip;
 mod output;
 
+use std::cell::Cell;
+use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::fmt::Display;
 use std::fs::{self, File};
@@ -132,6 +134,7 @@ use std::io::{self, IsTerminal, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::{Condvar, Mutex, MutexGuard};
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -368,19 +371,28 @@ impl Job<'_> {
         out.write_all(&gzip::header(level))?;
         let mut sum = Checksum::default();
         let (buffers, states) = (Recycler::default(), Recycler::default());
+        let (finished, pulled) = (Finished::default(), Cell::new(0));
         let blocks = Blocks::new(input, self.args.block_size(), &buffers)
-            .map(|b| b.map_err(|e| ctx(e, format_args!("{name}: read error"))));
+            .map(|b| b.map_err(|e| ctx(e, format_args!("{name}: read error"))))
+            .inspect(|_| pulled.set(pulled.get() + 1))
+            .enumerate();
         let window = self.args.window;
         self.pool.in_place_scope(|s| -> io::Result<()> {
             // Blocks are read on this thread as the window allows, compressed
             // on the workers, and handed back here in input order; the first
             // error (reading or compressing) ends the stream.
-            let mut compressed =
-                s.try_map_ordered(blocks, |b| codec::compress(b?, level, &buffers, &states));
+            let mut compressed = s.try_map_ordered(blocks, |(i, b)| {
+                let _finished = finished.on_drop(i);
+                codec::compress(b?, level, &buffers, &states)
+            });
             if let Some(w) = window {
                 compressed = compressed.window(w as usize);
             }
-            for c in compressed {
+            for i in 0.. {
+                if i < pulled.get() {
+                    finished.wait(i);
+                }
+                let Some(c) = compressed.next() else { break };
                 let c = c?;
                 out.write_all(c.deflate())?;
                 sum.append(&c.crc, c.len);
@@ -393,6 +405,49 @@ impl Job<'_> {
         })?;
         out.write_all(&sum.trailer())
     }
+}
+
+/// The blocks whose compression ended (with a result, an error or a panic) and
+/// that the writer has not waited for yet, by index: the writer sleeps on a
+/// condition variable until its next block is done, as pigz's writer does,
+/// and only then asks the stream for it, which then hands it over at once.
+/// Left to the stream, the wait for a block still being compressed spins and
+/// yields the core (`sched_yield`) many times before it sleeps: on a 2-core
+/// machine shared with other work, that spent the writer's turns on the
+/// processors and kept three threads competing for two cores.
+#[derive(Default)]
+struct Finished {
+    done: Mutex<BTreeSet<usize>>,
+    changed: Condvar,
+}
+
+impl Finished {
+    /// Waits until block `i` is done.
+    fn wait(&self, i: usize) {
+        let mut done = lock(&self.done);
+        while !done.remove(&i) {
+            done = self.changed.wait(done).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// A guard that marks block `i` done when dropped, however its
+    /// compression ends.
+    fn on_drop(&self, i: usize) -> impl Drop + '_ {
+        struct Mark<'a>(&'a Finished, usize);
+        impl Drop for Mark<'_> {
+            fn drop(&mut self) {
+                lock(&self.0.done).insert(self.1);
+                self.0.changed.notify_one();
+            }
+        }
+        Mark(self, i)
+    }
+}
+
+/// `m` locked; a panic elsewhere cannot leave a set of indices half-updated,
+/// so a poisoned lock is still good.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Makes glibc's malloc serve every allocation of 64 KiB or more (blocks,
