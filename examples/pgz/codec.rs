@@ -196,16 +196,23 @@ impl<R: Read> Iterator for Blocks<'_, R> {
     }
 }
 
-/// How pgz's level `L` is made with zlib-rs: the zlib-rs level whose match
-/// finder is classic zlib's at `L`, and classic zlib's parameters for `L`
-/// (`good_length`, `max_lazy`, `nice_length`, `max_chain`, as in zlib's
-/// `configuration_table`), set with `deflateTune`. zlib-rs (a port of
-/// zlib-ng) uses other match finders at levels 1 and 3–6 (`deflate_quick`,
-/// `deflate_medium`), faster but up to 18 % larger than zlib's; pigz uses
-/// zlib, so its sizes are zlib's. zlib-rs level 2 is zlib's `deflate_fast`
-/// (zlib's levels 1–3), level 7 its `deflate_slow` with the standard hash
-/// (zlib's 4–8), level 9 `deflate_slow` with zlib's level-9 parameters
-/// already (with a rolling hash that finds slightly better matches).
+/// How pgz's level `L` is made with zlib-rs: a zlib-rs level (`base`), which
+/// picks the match finder and its hash, and the finder's parameters
+/// (`good_length`, `max_lazy`, `nice_length`, `max_chain`), set with
+/// `deflateTune` (which keeps the hash `base` chose). zlib-rs, a port of
+/// zlib-ng, uses match finders of its own at its levels 1 and 3–6
+/// (`deflate_quick`, `deflate_medium`): faster than classic zlib's, and 2–20 %
+/// larger. pigz uses classic zlib, so pgz uses zlib's finders:
+///
+/// - `-4` … `-9`: zlib-rs level 9, `deflate_slow` with zlib's 3-byte rolling
+///   hash (the only level that chooses it), with zlib's parameters for `L`
+///   (zlib's `configuration_table`): zlib's algorithm, within 0.2 % of pigz's
+///   size. zlib-rs level 7 (`deflate_slow` with its 4-byte hash) is about 35 %
+///   faster but misses 3-byte matches: 1–1.7 % larger on machine code.
+/// - `-1` … `-3`: zlib-rs level 2, zlib's `deflate_fast` (which has only the
+///   4-byte hash), with zlib's level-1 parameters at `-1` and larger ones at
+///   `-2` and `-3`, chosen by measurement so that machine code stays within
+///   0.5 % of pigz's size (with zlib's own, `-2` was 1 % larger).
 #[derive(Clone, Copy, Debug)]
 struct Tuning {
     base: c_int,

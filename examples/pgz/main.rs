@@ -37,8 +37,9 @@
 //! The main thread (in `Job::compress`, inside the pool's `in_place_scope`)
 //! reads the blocks, in [`codec::Blocks`], each carrying a copy of its
 //! predecessor's last 32 KiB, and writes the results; the pool's `-p` workers
-//! compress (the main thread is no worker, so it parks while it waits for the
-//! next block). The blocks go through `Scope::try_map_ordered`, which hands the compressed
+//! compress (the main thread is no worker: it sleeps on a condition variable,
+//! [`Finished`], until the next block is done). The blocks go through
+//! `Scope::try_map_ordered`, which hands the compressed
 //! blocks back in input order, pulls the input only as fast as the window of
 //! blocks allows (hidden `--window N`; default twice the pool's
 //! `max_inflight`), and ends at the first error (a read error of the input, or
@@ -50,27 +51,14 @@
 //! zlib-rs 0.6 (pure Rust, a port of zlib-ng; it picks AVX2/SSE4.2 code at
 //! run time), through its C API (`libz-rs-sys`): `deflateSetDictionary`
 //! primes each block, and `deflateTune` sets the match finder's parameters,
-//! which flate2 does not expose. zlib-ng's own levels 1 and 3–6 use match
-//! finders of its own (`deflate_quick`, `deflate_medium`) that are faster than
-//! classic zlib's (what pigz uses) and larger: 2–3 % at level 6 on a tar of
-//! the Rust sysroot, 18–20 % at level 1. So each pgz level runs a zlib-rs
-//! level whose match finder is classic zlib's, with parameters set by
-//! `deflateTune` ([`codec`]'s table):
-//!
-//! - `-4` … `-9`: zlib-rs's `deflate_slow` with zlib's 3-byte rolling hash
-//!   (its level 9), with classic zlib's parameters for the level: zlib's
-//!   algorithm, so within 0.2 % of pigz's size at each level, on binaries,
-//!   text and compressed data alike. zlib-rs's `deflate_slow` with its own
-//!   4-byte hash (its level 7) is about 35 % faster but misses 3-byte matches:
-//!   1–1.7 % larger than pigz on binaries.
-//! - `-1` … `-3`: zlib-rs's `deflate_fast` (its level 2, zlib's algorithm for
-//!   these levels, with the 4-byte hash), with parameters chosen by
-//!   measurement so that binaries, where the 4-byte hash loses most, stay
-//!   within 0.5 % of pigz's size: zlib's at `-1` (good 4, lazy 4, nice 8, chain
-//!   4), larger at `-2` (4, 8, 32, 32) and `-3` (4, 16, 128, 128). Text comes
-//!   out 5–11 % smaller than pigz's, at less than its time.
-//!
-//! Measured sizes and times: `docs/benchmarks.md` ("CPU pipelines").
+//! which flate2 does not expose. zlib-rs's own levels 1 and 3–6 use finders
+//! of zlib-ng's that are faster than classic zlib's (what pigz uses) and
+//! larger: 2–3 % at level 6 on a tar of the Rust sysroot, 18–20 % at level 1.
+//! So each pgz level runs zlib's finder for that level (`codec`'s `Tuning`):
+//! `deflate_slow` with zlib's rolling hash and zlib's parameters at `-4` …
+//! `-9` (within 0.2 % of pigz's size), `deflate_fast` at `-1` … `-3` (within
+//! 0.5 % on machine code, smaller than pigz's on text). Measured sizes and
+//! times: `docs/benchmarks.md` ("CPU pipelines").
 //!
 //! # Memory
 //!
