@@ -37,72 +37,59 @@
 //! The main thread (in `Job::compress`, inside the pool's `in_place_scope`)
 //! reads the blocks, in [`codec::Blocks`], each carrying a copy of its
 //! predecessor's last 32 KiB, and writes the results; the pool's `-p` workers
-//! compress (the main thread is no worker, so it parks while it waits for the
-//! next block). The blocks go through `Scope::try_map_ordered`, which hands the compressed
+//! compress (the main thread is no worker: it sleeps on a condition variable,
+//! [`Finished`], until the next block is done). The blocks go through
+//! `Scope::try_map_ordered`, which hands the compressed
 //! blocks back in input order, pulls the input only as fast as the window of
 //! blocks allows (hidden `--window N`; default twice the pool's
 //! `max_inflight`), and ends at the first error (a read error of the input, or
 //! of the compressor), dropping the blocks not yet started; the writer
 //! combines the CRCs as the blocks come back, in order.
 //!
-//! # The deflate backend: zlib-rs, chosen by measurement
+//! # The deflate backend: zlib-rs, with zlib's match finder at every level
 //!
-//! flate2 with its `zlib-rs` feature (zlib-rs 0.6, pure Rust, with
-//! `runtime_detection` so that it picks AVX2/SSE4.2 code at run time). Both
-//! speed backends support `Compress::set_dictionary` (flate2 offers it with
-//! any zlib-like backend; the default miniz_oxide has none). Measured with this
-//! example's method (128 KiB blocks, each with its 32 KiB dictionary, sync
-//! flushes), one thread, on the first 50 MB of a tar of every fourth file of
-//! the Rust 1.95 sysroot, best of 3, on the 2-core shared VM of the benchmark:
-//!
-//! ```text
-//!                           level 1              level 6              level 9
-//! zlib-rs 0.6.8 (chosen)    19,158,757  0.17 s   14,796,491  0.65 s   14,400,276  1.87 s
-//! zlib-ng 2.3.3 (C, cmake)  19,158,757  0.20 s   14,796,491  0.82 s   14,400,276  2.16 s
-//! zlib 1.2.13 (C, system)   16,238,995  0.46 s   14,516,248  1.63 s   14,406,332  8.89 s
-//! pigz -p 1 (system zlib)                        14,515,698  1.5–1.8 s
-//! ```
-//!
-//! zlib-rs makes the same bytes as zlib-ng (it is a port) 20–25 % faster, and
-//! needs no C toolchain or cmake. Both use zlib-ng's `deflate_medium` at
-//! levels 3–6 and `deflate_quick` at 1, which trade size for speed: at level 6
-//! they are 2.5× as fast as classic zlib (what pigz uses) and 1.9 % larger.
-//! So pgz at `-6` misses pigz's size by about 2 %; pgz `-9` (zlib-rs's
-//! `deflate_slow`, chain 4096) is 0.8 % smaller than pigz `-6` at about its
-//! single-thread time. `benches/pgz.sh` shows both against pigz `-6`.
+//! zlib-rs 0.6 (pure Rust, a port of zlib-ng; it picks AVX2/SSE4.2 code at
+//! run time), through its C API (`libz-rs-sys`): `deflateSetDictionary`
+//! primes each block, and `deflateTune` sets the match finder's parameters,
+//! which flate2 does not expose. zlib-rs's own levels 1 and 3–6 use finders
+//! of zlib-ng's that are faster than classic zlib's (what pigz uses) and
+//! larger: 2–3 % at level 6 on a tar of the Rust sysroot, 18–20 % at level 1.
+//! So each pgz level runs zlib's finder for that level (`codec`'s `Tuning`):
+//! `deflate_slow` with zlib's rolling hash and zlib's parameters at `-4` …
+//! `-9` (within 0.2 % of pigz's size), `deflate_fast` at `-1` … `-3` (within
+//! 0.5 % on machine code, smaller than pigz's on text). Measured sizes and
+//! times: `docs/benchmarks.md` ("CPU pipelines").
 //!
 //! # Memory
 //!
-//! A block in the window holds its input (`B` = `-b` KiB) and its dictionary
-//! (32 KiB) until it is compressed, then its output (at most `B` plus 0.1 %
-//! and 64 bytes, usually much less) until it is written. Each block is
-//! compressed by a deflate state of its own (about 350 KiB with zlib-rs,
-//! freed after the block) on one of the `p` workers, so at most `p` of them
-//! at once (512 KiB each in the bound below, with one more 512 KiB for the
-//! writer's 256 KiB buffer); the reader holds one block read ahead. With `W`
-//! the window (by default twice the pool's `max_inflight`,
-//! i.e. 4 blocks per thread):
+//! A block in the window holds one buffer: its dictionary (32 KiB) and input
+//! (`B` = `-b` KiB) until it is compressed, then its output (at most `B`
+//! plus 0.03 % and 18 bytes, usually much less) until it is written; while
+//! it is compressed it holds both. The reader holds one block read ahead, and
+//! the writer the block it writes. Each block is compressed by a deflate state
+//! made for it (about 370 KiB with zlib-rs) on one of the `p` workers, so at
+//! most `p` at once (512 KiB each in the bound below, with one more 512 KiB
+//! for the writer's 256 KiB buffer). The buffers and the states' memory are
+//! recycled ([`codec::Recycler`]): a block takes a buffer given back by an
+//! earlier one, so they are allocated, mapped and touched once, and their
+//! number never exceeds what was in use at once. With `W` the window (by
+//! default twice the pool's `max_inflight`, i.e. 4 blocks per thread):
 //!
 //! ```text
-//! peak RSS ≤ 4 MiB + W × (2 × B + 32 KiB) + B + (p + 1) × 512 KiB
+//! peak RSS ≤ 4 MiB + (W + p + 2) × (B + 32 KiB) + (p + 1) × 512 KiB
 //! ```
 //!
 //! where 4 MiB is the binary, the runtime and the pool's threads (a run on an
 //! empty input peaks at 3.5 MiB). With the defaults on 2 threads (W = 8,
-//! B = 128 KiB) that is 7.9 MiB; the benchmark's run stays under it
+//! B = 128 KiB) that is 7.4 MiB; the benchmark's runs stay under it
 //! (`docs/benchmarks.md`, "CPU pipelines"), and `tests/pgz.rs` (`bounded_rss`) checks it on
 //! 32 MiB for several W, B and p with the hidden `--peak-rss`, which prints
-//! the process's own peak (VmHWM) on stderr at the end. To make RSS follow the live buffers, pgz sets
-//! glibc's `M_MMAP_THRESHOLD` to 64 KiB ([`big_buffers_from_mmap`]): every
-//! block buffer and deflate state is then mapped and unmapped on its own.
-//! With glibc's default (a threshold that grows to the largest size freed,
-//! after which big buffers come from per-thread arenas that keep their
-//! fragmented peak) a 50 MB run on 2 threads peaked at 10.7–13.7 MiB instead
-//! of 5.4–7.3 MiB (W = 4, 8, 16). The price is the page faults of fresh
-//! mappings: in 5 alternating runs on 50 MB, 0.80 s of CPU time instead of
-//! 0.69 s (+16 %) and a median wall time of 1.19 s instead of 0.98 s on the
-//! loaded 2-core VM. The benchmark's times include it; pgz is well under
-//! pigz's time either way, and this makes the bound above hold.
+//! the process's own peak (VmHWM) on stderr at the end. pgz also sets glibc's
+//! `M_MMAP_THRESHOLD` to 64 KiB ([`big_buffers_from_mmap`]), so that each
+//! buffer is a mapping of its own that leaves no fragmented arena behind.
+//! Before the buffers were recycled, that made every block's buffers fresh
+//! mappings, zeroed on first touch: 49,599 page faults on 64 MB where pigz
+//! takes 610, and 1.0 s of system time against pigz's 0.2 s on 256 MB.
 //!
 //! # Errors
 //!
@@ -126,6 +113,8 @@ mod decompress;
 mod gzip;
 mod output;
 
+use std::cell::Cell;
+use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::fmt::Display;
 use std::fs::{self, File};
@@ -133,13 +122,14 @@ use std::io::{self, IsTerminal, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::{Condvar, Mutex, MutexGuard};
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use treepool::{ThreadPool, ThreadPoolBuilder};
 
 use crate::cli::Args;
-use crate::codec::Blocks;
+use crate::codec::{Blocks, Recycler};
 use crate::gzip::Checksum;
 use crate::output::{AtomicFile, Stdout};
 
@@ -368,29 +358,84 @@ impl Job<'_> {
         let level = self.args.level();
         out.write_all(&gzip::header(level))?;
         let mut sum = Checksum::default();
-        let blocks = Blocks::new(input, self.args.block_size())
-            .map(|b| b.map_err(|e| ctx(e, format_args!("{name}: read error"))));
+        let (buffers, states) = (Recycler::default(), Recycler::default());
+        let (finished, pulled) = (Finished::default(), Cell::new(0));
+        let blocks = Blocks::new(input, self.args.block_size(), &buffers)
+            .map(|b| b.map_err(|e| ctx(e, format_args!("{name}: read error"))))
+            .inspect(|_| pulled.set(pulled.get() + 1))
+            .enumerate();
         let window = self.args.window;
         self.pool.in_place_scope(|s| -> io::Result<()> {
             // Blocks are read on this thread as the window allows, compressed
             // on the workers, and handed back here in input order; the first
             // error (reading or compressing) ends the stream.
-            let mut compressed = s.try_map_ordered(blocks, move |b| codec::compress(b?, level));
+            let mut compressed = s.try_map_ordered(blocks, |(i, b)| {
+                let _finished = finished.on_drop(i);
+                codec::compress(b?, level, &buffers, &states)
+            });
             if let Some(w) = window {
                 compressed = compressed.window(w as usize);
             }
-            for c in compressed {
+            for i in 0.. {
+                if i < pulled.get() {
+                    finished.wait(i);
+                }
+                let Some(c) = compressed.next() else { break };
                 let c = c?;
-                out.write_all(&c.deflate)?;
+                out.write_all(c.deflate())?;
                 sum.append(&c.crc, c.len);
                 if let Some(pb) = progress {
                     pb.inc(c.len);
                 }
+                c.recycle(&buffers);
             }
             Ok(())
         })?;
         out.write_all(&sum.trailer())
     }
+}
+
+/// The blocks whose compression ended (with a result, an error or a panic) and
+/// that the writer has not waited for yet, by index: the writer sleeps on a
+/// condition variable until its next block is done, as pigz's writer does,
+/// and only then asks the stream for it, which then hands it over at once.
+/// Left to the stream, the wait for a block still being compressed spins and
+/// yields the core (`sched_yield`) many times before it sleeps: on a 2-core
+/// machine shared with other work, that spent the writer's turns on the
+/// processors and kept three threads competing for two cores.
+#[derive(Default)]
+struct Finished {
+    done: Mutex<BTreeSet<usize>>,
+    changed: Condvar,
+}
+
+impl Finished {
+    /// Waits until block `i` is done.
+    fn wait(&self, i: usize) {
+        let mut done = lock(&self.done);
+        while !done.remove(&i) {
+            done = self.changed.wait(done).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// A guard that marks block `i` done when dropped, however its
+    /// compression ends.
+    fn on_drop(&self, i: usize) -> impl Drop + '_ {
+        struct Mark<'a>(&'a Finished, usize);
+        impl Drop for Mark<'_> {
+            fn drop(&mut self) {
+                lock(&self.0.done).insert(self.1);
+                self.0.changed.notify_one();
+            }
+        }
+        Mark(self, i)
+    }
+}
+
+/// `m` locked; a panic elsewhere cannot leave a set of indices half-updated,
+/// so a poisoned lock is still good.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Makes glibc's malloc serve every allocation of 64 KiB or more (blocks,
