@@ -185,6 +185,17 @@ pub fn pool(threads: usize, cap: usize) -> treepool::ThreadPool {
         .expect("build a pool")
 }
 
+/// A pool of `threads` workers and `cap` tokens whose worker 0 is the calling thread
+/// (`use_current_thread`): a worker while it is inside a call into the pool.
+pub fn borrowed_pool(threads: usize, cap: usize) -> treepool::ThreadPool {
+    treepool::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .max_inflight(cap)
+        .use_current_thread()
+        .build()
+        .expect("build a pool on the current thread")
+}
+
 /// Waits (spinning, under the caller's watchdog) until `cond` holds.
 pub fn spin_until(mut cond: impl FnMut() -> bool) {
     while !cond() {

@@ -9,6 +9,7 @@ use crate::common;
 use crate::common::settle;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+use treepool::ThreadPool;
 
 /// An in-place scope of pool Y owned by a worker W of pool X: the body's spawn D3 waits for the
 /// credit root's loan (held by D1; Y's only token held by D2), and W's wait runs an X job E that
@@ -49,11 +50,12 @@ fn two_waiting_children_of_the_credit_root() {
     settle([&x, &y]);
 }
 
-/// Found by the adversarial review of issue 18 (the rayon-core API additions): it failed on d282453.
+/// Found by the adversarial review of issue 18 (the rayon-core API additions): it failed on
+/// d282453.
 #[test]
 fn in_place_scope_from_another_pool_two_waiting_children() {
     // Before the fix this shape failed a debug assertion and hung, or aborted.
-    common::isolated!(20, two_waiting_children_of_the_credit_root,);
+    common::isolated!(20, two_waiting_children_of_the_credit_root);
 }
 
 /// Design §1.4's own example of why a spawn from another pool's worker may not wait ("take B
@@ -64,94 +66,80 @@ fn in_place_scope_from_another_pool_two_waiting_children() {
 /// spawn into the scope is taken for an owner spawn: a child of the credit root C that waits
 /// for C's loan (held by D1, which waits for F2) or Y's only token (held by F2, which waits for
 /// R). Every job waits only on its descendants and on its own calls into other pools (B3).
-fn x_root_on_the_owners_thread_waits_for_its_own_caller() {
-    let x = common::pool(1, 1);
-    let y = common::pool(2, 1);
-    let ran = AtomicUsize::new(0);
-    x.install(|| {
-        y.in_place_scope(|s| {
-            let (x, ran) = (&x, &ran);
-            // D1: on the credit root's loan.
-            s.spawn(move |s| {
-                treepool::scope(|ys| {
-                    // F1: on D1's loan, so that F2 takes Y's only pool token.
-                    ys.spawn(move |_| {
-                        std::thread::sleep(Duration::from_millis(200));
-                        ran.fetch_add(1, Ordering::SeqCst);
-                    });
-                    // F2: on Y's pool token; calls into X, whose root R spawns into `s`.
-                    ys.spawn(move |_| {
-                        x.install(|| {
-                            s.spawn(move |_| {
-                                ran.fetch_add(1, Ordering::SeqCst);
-                            });
-                        });
-                        ran.fetch_add(1, Ordering::SeqCst);
-                    });
-                });
-                ran.fetch_add(1, Ordering::SeqCst);
-            });
-            // The body returns: W waits for the scope's end, running X's jobs (R).
-        });
-    });
-    assert_eq!(ran.load(Ordering::SeqCst), 4);
-    settle([&x, &y]);
-}
-
-/// Found by the adversarial review of 93d4ff7 (the issue 18 fixes: `Scope::owner_admits`, `credit_admits`, `pool::on_worker`).
+///
+/// Found by the adversarial review of 93d4ff7 (the issue 18 fixes: `Scope::owner_admits`,
+/// `credit_admits`, `pool::on_worker`).
 #[test]
 fn x_root_run_by_the_in_place_owner_spawns_into_its_scope() {
-    common::isolated!(30, x_root_on_the_owners_thread_waits_for_its_own_caller,);
+    // The body returns: W waits for the scope's end, running X's jobs (R).
+    common::isolated!(30, || the_bounce_in_an_in_place_body(|| {}));
 }
 
-/// The same cycle reached inside the body, not at the scope's end: the body yields to X for a
-/// while (`treepool::yield_now`, rayon-core's API) after spawning D1; the yield runs F2's X
-/// root R on W with `credit_admits` clear, so R's spawn waits as a child of the credit root
-/// for D1's loan or F2's token. (So marking the scope's end wait alone would not fix it.)
-fn x_root_run_by_a_yield_in_the_body() {
-    let x = common::pool(1, 1);
-    let y = common::pool(2, 1);
-    let ran = AtomicUsize::new(0);
-    x.install(|| {
-        y.in_place_scope(|s| {
-            let (x, ran) = (&x, &ran);
-            s.spawn(move |s| {
-                treepool::scope(|ys| {
-                    ys.spawn(move |_| {
-                        std::thread::sleep(Duration::from_millis(200));
-                        ran.fetch_add(1, Ordering::SeqCst);
-                    });
-                    ys.spawn(move |_| {
-                        x.install(|| {
-                            s.spawn(move |_| {
-                                ran.fetch_add(1, Ordering::SeqCst);
-                            });
-                        });
-                        ran.fetch_add(1, Ordering::SeqCst);
-                    });
-                });
-                ran.fetch_add(1, Ordering::SeqCst);
-            });
+/// The cycle of `x_root_run_by_the_in_place_owner_spawns_into_its_scope` reached inside the body,
+/// not at the scope's end: the body yields to X for a while (`treepool::yield_now`, rayon-core's
+/// API) after spawning D1; the yield runs F2's X root R on W with `credit_admits` clear, so R's
+/// spawn waits as a child of the credit root for D1's loan or F2's token. (So marking the scope's
+/// end wait alone would not fix it.)
+///
+/// Found by the adversarial review of 93d4ff7 (the issue 18 fixes: `Scope::owner_admits`,
+/// `credit_admits`, `pool::on_worker`).
+#[test]
+fn x_root_run_by_a_yield_in_the_in_place_body_spawns_into_its_scope() {
+    common::isolated!(30, || {
+        the_bounce_in_an_in_place_body(|| {
             let until = std::time::Instant::now() + Duration::from_millis(1000);
             while std::time::Instant::now() < until {
                 let _ = treepool::yield_now();
             }
+        })
+    });
+}
+
+/// An in-place scope of Y (two threads, one token) opened by a job of X (one thread, one token)
+/// on X's worker W: the body spawns the bounce ([`spawn_the_bounce`]), then runs `then`; every
+/// job runs and both pools end idle.
+fn the_bounce_in_an_in_place_body(then: impl FnOnce() + Send) {
+    let x = common::pool(1, 1);
+    let y = common::pool(2, 1);
+    let ran = AtomicUsize::new(0);
+    x.install(|| {
+        y.in_place_scope(|s| {
+            spawn_the_bounce(s, &x, &ran);
+            then();
         });
     });
     assert_eq!(ran.load(Ordering::SeqCst), 4);
     settle([&x, &y]);
 }
 
-/// Found by the adversarial review of 93d4ff7 (the issue 18 fixes: `Scope::owner_admits`, `credit_admits`, `pool::on_worker`).
-#[test]
-fn x_root_run_by_a_yield_in_the_in_place_body_spawns_into_its_scope() {
-    common::isolated!(30, x_root_run_by_a_yield_in_the_body,);
+/// The jobs of the bounce: D1, on the credit root's loan, opens a Y scope with F1 (on D1's
+/// loan, so that F2 takes Y's only pool token) and F2 (on Y's pool token), which calls into X,
+/// whose root R spawns into `s`. Four jobs count in `ran`: F1, F2, R's spawn and D1.
+fn spawn_the_bounce<'s>(s: &treepool::Scope<'s>, x: &'s ThreadPool, ran: &'s AtomicUsize) {
+    s.spawn(move |s| {
+        treepool::scope(|ys| {
+            ys.spawn(move |_| {
+                std::thread::sleep(Duration::from_millis(200));
+                ran.fetch_add(1, Ordering::SeqCst);
+            });
+            ys.spawn(move |_| {
+                x.install(|| {
+                    s.spawn(move |_| {
+                        ran.fetch_add(1, Ordering::SeqCst);
+                    });
+                });
+                ran.fetch_add(1, Ordering::SeqCst);
+            });
+        });
+        ran.fetch_add(1, Ordering::SeqCst);
+    });
 }
 
-/// The shape of `in_place_scope_from_another_pool_two_waiting_children` (D1 on the credit root's loan, D2 on Y's only token, the body's D3 waits,
-/// W runs an X job E that spawns D4, deferred) with panics everywhere in it: in D4 (deferred,
-/// admitted at the scope's end), in E after its spawn, and in D3. The in-place scope raises one
-/// of them after every job finished, and both pools are idle after (B4). Passes on 93d4ff7.
+/// The shape of `in_place_scope_from_another_pool_two_waiting_children` (D1 on the credit root's
+/// loan, D2 on Y's only token, the body's D3 waits, W runs an X job E that spawns D4, deferred)
+/// with panics everywhere in it: in D4 (deferred, admitted at the scope's end), in E after its
+/// spawn, and in D3. The in-place scope raises one of them after every job finished, and both pools
+/// are idle after (B4). Passes on 93d4ff7.
 fn panics_in_the_deferred_path(which: u32, y_cap: usize) {
     use std::sync::atomic::AtomicBool;
     let x = common::pool(1, 2);
@@ -199,7 +187,8 @@ fn panics_in_the_deferred_path(which: u32, y_cap: usize) {
     assert_eq!(y.stats().calls_in, 0);
 }
 
-/// Found by the adversarial review of 93d4ff7 (the issue 18 fixes: `Scope::owner_admits`, `credit_admits`, `pool::on_worker`).
+/// Found by the adversarial review of 93d4ff7 (the issue 18 fixes: `Scope::owner_admits`,
+/// `credit_admits`, `pool::on_worker`).
 #[test]
 fn panics_around_a_deferred_owner_spawn_leave_both_pools_idle() {
     common::isolated!(120, || {
@@ -212,13 +201,14 @@ fn panics_around_a_deferred_owner_spawn_leave_both_pools_idle() {
                 }
             }
         }
-    },);
+    });
 }
 
 /// A start handler of X (a worker with no current job: `owner_job` 0) opens an in-place scope
 /// of Y and spawns and consumes an ordered stream there, with X jobs already queued.
 ///
-/// Found by the adversarial review of 95b27a7 (the review 18b fixes: `Scope::owner_job`, `credit_admits`, `scope_fifo::on_caller`).
+/// Found by the adversarial review of 95b27a7 (the review 18b fixes: `Scope::owner_job`,
+/// `credit_admits`, `scope_fifo::on_caller`).
 #[test]
 fn a_start_handler_owns_an_in_place_scope_of_another_pool() {
     common::isolated!(30, || {
@@ -244,14 +234,14 @@ fn a_start_handler_owns_an_in_place_scope_of_another_pool() {
         x.install(|| ());
         common::spin_until(|| done.load(Ordering::SeqCst) == 1);
         settle([&x, &y]);
-    },);
+    });
 }
 
-/// The bounce of `x_root_run_by_the_in_place_owner_spawns_into_its_scope` (a Y job of the in-place scope calls back into X, whose root R runs on
-/// the owner's thread W during the scope's end wait and spawns into the scope) through a fifo
-/// in-place scope, with `spawn_fifo` and `spawn_broadcast` from R and from J's join halves
-/// while a body spawn waits, and panics in some of the jobs: no hang, every job runs, one
-/// panic is raised, both pools idle (B4).
+/// The bounce of `x_root_run_by_the_in_place_owner_spawns_into_its_scope` (a Y job of the in-place
+/// scope calls back into X, whose root R runs on the owner's thread W during the scope's end wait
+/// and spawns into the scope) through a fifo in-place scope, with `spawn_fifo` and
+/// `spawn_broadcast` from R and from J's join halves while a body spawn waits, and panics in some
+/// of the jobs: no hang, every job runs, one panic is raised, both pools idle (B4).
 fn bounce_fifo_and_broadcast(y_threads: usize, panic_in: u32) {
     let x = common::pool(1, 1);
     let y = common::pool(y_threads, 1);
@@ -304,7 +294,8 @@ fn bounce_fifo_and_broadcast(y_threads: usize, panic_in: u32) {
     assert_eq!(y.stats().calls_in, 0);
 }
 
-/// Found by the adversarial review of 95b27a7 (the review 18b fixes: `Scope::owner_job`, `credit_admits`, `scope_fifo::on_caller`).
+/// Found by the adversarial review of 95b27a7 (the review 18b fixes: `Scope::owner_job`,
+/// `credit_admits`, `scope_fifo::on_caller`).
 #[test]
 fn bounces_fifo_spawns_and_broadcasts_with_panics_leave_both_pools_idle() {
     common::isolated!(30, || {
@@ -316,5 +307,5 @@ fn bounces_fifo_spawns_and_broadcasts_with_panics_leave_both_pools_idle() {
                 }
             }
         }
-    },);
+    });
 }

@@ -4,7 +4,7 @@
 //! that broadcast while the consumer waits. Each test runs under a watchdog.
 
 use crate::common;
-use crate::common::{assert_peak_bounds, pool, settle, spin_us, watchdog, Rng};
+use crate::common::{assert_peak_bounds, borrowed_pool, pool, settle, spin_us, watchdog, Rng};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread;
@@ -186,7 +186,8 @@ fn consume(s: &treepool::Scope<'_>, rng_seed: u64) -> u64 {
 /// Random consumers of every kind at once on small pools: no hang, Stats back to zero, no
 /// credit left, the pool bound with credits counted as the docs count them.
 ///
-/// Found by the final review of 6be5505 (plain-thread consumers' carriers, aside sleep, try_scope marks, consumers that change kind).
+/// Found by the final review of 6be5505 (plain-thread consumers' carriers, aside sleep, try_scope
+/// marks, consumers that change kind).
 #[test]
 fn random_consumers_of_every_kind() {
     watchdog(300, || {
@@ -236,11 +237,34 @@ fn seeds() -> u64 {
         .unwrap_or(150)
 }
 
+/// Drains `it`, taking the `k`-th item on this thread as it is when `(k + offset)` is even and
+/// inside a call into `p` (whose worker 0 this thread is) when it is odd.
+fn next_toggling(
+    it: &mut impl Iterator<Item = u64>,
+    p: &treepool::ThreadPool,
+    offset: u64,
+) -> Vec<u64> {
+    let mut got = Vec::new();
+    for k in 0.. {
+        let x = if (k + offset) % 2 == 0 {
+            it.next()
+        } else {
+            p.in_place_scope(|_| it.next())
+        };
+        match x {
+            Some(x) => got.push(x),
+            None => break,
+        }
+    }
+    got
+}
+
 /// The builder's thread B toggles kind at every `next` (plain, then P's worker 0 inside
 /// `P.in_place_scope`), with items whose length is around the linger so waits arm often, and
 /// completers race the re-targeting.
 ///
-/// Found by the adversarial review of 6711699 (the consumer's wake target, the plain-thread fallback carrier).
+/// Found by the adversarial review of 6711699 (the consumer's wake target, the plain-thread
+/// fallback carrier).
 #[test]
 fn consumer_toggles_kind_at_every_next() {
     let out = watchdog(120, || {
@@ -248,12 +272,7 @@ fn consumer_toggles_kind_at_every_next() {
         for round in 0..30u64 {
             let y = pool(2, 2);
             let threads = 1 + (round % 2) as usize;
-            let p = treepool::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .max_inflight(1)
-                .use_current_thread()
-                .build()
-                .unwrap();
+            let p = borrowed_pool(threads, 1);
             let got: Vec<u64> = y.in_place_scope(|s| {
                 let mut it = s
                     .map_ordered(0..60u64, move |i| {
@@ -261,19 +280,7 @@ fn consumer_toggles_kind_at_every_next() {
                         i
                     })
                     .window(1 + (round % 3) as usize);
-                let mut got = Vec::new();
-                for k in 0.. {
-                    let x = if k % 2 == 0 {
-                        it.next()
-                    } else {
-                        p.in_place_scope(|_| it.next())
-                    };
-                    match x {
-                        Some(x) => got.push(x),
-                        None => break,
-                    }
-                }
-                got
+                next_toggling(&mut it, &p, 0)
             });
             drop(p);
             settle([&y]);
@@ -288,18 +295,14 @@ fn consumer_toggles_kind_at_every_next() {
 
 /// Early drop (end's wait) in the other kind than the last `next`, both ways.
 ///
-/// Found by the adversarial review of 6711699 (the consumer's wake target, the plain-thread fallback carrier).
+/// Found by the adversarial review of 6711699 (the consumer's wake target, the plain-thread
+/// fallback carrier).
 #[test]
 fn consumer_drops_in_the_other_kind() {
     watchdog(120, || {
         for round in 0..40u64 {
             let y = pool(2, 2);
-            let p = treepool::ThreadPoolBuilder::new()
-                .num_threads(1)
-                .max_inflight(1)
-                .use_current_thread()
-                .build()
-                .unwrap();
+            let p = borrowed_pool(1, 1);
             y.in_place_scope(|s| {
                 let mut it = s
                     .map_ordered(0..40u64, |i| {
@@ -325,19 +328,15 @@ fn consumer_drops_in_the_other_kind() {
 /// stream, and B's own stream consumed plain, inside P's in-place scope, and inside one that
 /// spawns a P job, in a random rotation, sometimes dropped early: Y back to zero, no credit left.
 ///
-/// Found by the adversarial review of 6711699 (the consumer's wake target, the plain-thread fallback carrier).
+/// Found by the adversarial review of 6711699 (the consumer's wake target, the plain-thread
+/// fallback carrier).
 #[test]
 fn random_mix_of_kinds_on_one_scope() {
     watchdog(240, || {
         for seed in 0..60u64 {
             let mut rng = Rng::new(seed);
             let y = pool(rng.range(1, 2) as usize, 1);
-            let p = treepool::ThreadPoolBuilder::new()
-                .num_threads(rng.range(1, 2) as usize)
-                .max_inflight(1)
-                .use_current_thread()
-                .build()
-                .unwrap();
+            let p = borrowed_pool(rng.range(1, 2) as usize, 1);
             let mode = rng.range(0, 7);
             y.in_place_scope(|s| {
                 thread::scope(|t| {
@@ -408,7 +407,8 @@ fn random_mix_of_kinds_on_one_scope() {
 /// Start handlers consume streams: of their own pool in an in-place scope (a worker that runs
 /// no job), and of another pool (a foreign worker with no job: credit).
 ///
-/// Found by the adversarial review of 6711699 (the consumer's wake target, the plain-thread fallback carrier).
+/// Found by the adversarial review of 6711699 (the consumer's wake target, the plain-thread
+/// fallback carrier).
 #[test]
 fn start_handlers_consume_streams() {
     let y = Arc::new(pool(2, 1));
@@ -455,20 +455,14 @@ fn start_handlers_consume_streams() {
 /// Items call into the builder's pool P (`p.install`) while B consumes inside and outside P's
 /// in-place scope (P has a second worker for the nexts made outside).
 ///
-/// Found by the adversarial review of 6711699 (the consumer's wake target, the plain-thread fallback carrier).
+/// Found by the adversarial review of 6711699 (the consumer's wake target, the plain-thread
+/// fallback carrier).
 #[test]
 fn items_call_into_the_consumers_borrowed_pool() {
     watchdog(120, || {
         for round in 0..20u64 {
             let y = pool(1 + (round % 2) as usize, 1);
-            let p = Arc::new(
-                treepool::ThreadPoolBuilder::new()
-                    .num_threads(2)
-                    .max_inflight(1)
-                    .use_current_thread()
-                    .build()
-                    .unwrap(),
-            );
+            let p = Arc::new(borrowed_pool(2, 1));
             let p2 = p.clone();
             let got: Vec<u64> = y.in_place_scope(|s| {
                 let mut it = s
@@ -479,19 +473,7 @@ fn items_call_into_the_consumers_borrowed_pool() {
                         })
                     })
                     .window(1 + (round % 3) as usize);
-                let mut got = Vec::new();
-                for k in 0.. {
-                    let x = if (k + round) % 2 == 0 {
-                        it.next()
-                    } else {
-                        p.in_place_scope(|_| it.next())
-                    };
-                    match x {
-                        Some(x) => got.push(x),
-                        None => break,
-                    }
-                }
-                got
+                next_toggling(&mut it, &p, round)
             });
             assert_eq!(got, (0..30).collect::<Vec<_>>());
             settle([&y]);

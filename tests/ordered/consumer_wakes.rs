@@ -147,7 +147,8 @@ fn control_non_owner_consumers_with_a_free_token() {
 /// A detached job consumes a stream with slow items on a worker (sleeping aside), the pool is
 /// dropped meanwhile (wake_all), with other workers idle and announcements flowing.
 ///
-/// Found by the final review of 6be5505 (plain-thread consumers' carriers, aside sleep, try_scope marks, consumers that change kind).
+/// Found by the final review of 6be5505 (plain-thread consumers' carriers, aside sleep, try_scope
+/// marks, consumers that change kind).
 #[test]
 fn pool_drop_while_a_consumer_sleeps_aside() {
     watchdog(60, || {
@@ -180,7 +181,8 @@ fn pool_drop_while_a_consumer_sleeps_aside() {
 /// Consumers inline on workers sleep aside while other jobs are announced: every announcement
 /// must still reach a worker that takes it (no lost wake-up), 2 workers, one consuming.
 ///
-/// Found by the final review of 6be5505 (plain-thread consumers' carriers, aside sleep, try_scope marks, consumers that change kind).
+/// Found by the final review of 6be5505 (plain-thread consumers' carriers, aside sleep, try_scope
+/// marks, consumers that change kind).
 #[test]
 fn announced_work_is_run_while_a_consumer_sleeps_aside() {
     let p = Arc::new(pool(2, 4));

@@ -13,7 +13,7 @@ use crate::common;
 use crate::common::settle;
 use std::time::Duration;
 
-/// Prints `y`'s stats after 2 s (to stderr, which `in_child` reports on a hang): what Y holds
+/// Prints `y`'s stats after 2 s (to stderr, which `isolated!` reports on a hang): what Y holds
 /// while the consumer waits.
 fn watch<'a>(ts: &'a std::thread::Scope<'a, '_>, y: &'a treepool::ThreadPool) {
     ts.spawn(move || {
@@ -59,13 +59,14 @@ fn x_job_on_the_owners_thread_consumes_an_ordered_stream(y_threads: usize) {
     settle([&x, &y]);
 }
 
-/// Found by the adversarial review of 95b27a7 (the review 18b fixes: `Scope::owner_job`, `credit_admits`, `scope_fifo::on_caller`).
+/// Found by the adversarial review of 95b27a7 (the review 18b fixes: `Scope::owner_job`,
+/// `credit_admits`, `scope_fifo::on_caller`).
 #[test]
 fn an_x_job_on_the_owners_thread_consumes_an_ordered_stream_of_the_scope() {
     common::isolated!(20, || {
         x_job_on_the_owners_thread_consumes_an_ordered_stream(2);
         x_job_on_the_owners_thread_consumes_an_ordered_stream(1);
-    },);
+    });
 }
 
 /// The same through `install`: a Y job of the scope calls back into X (review 18b's bounce) and
@@ -97,10 +98,11 @@ fn bounced_root_consumes_an_ordered_stream() {
     settle([&x, &y]);
 }
 
-/// Found by the adversarial review of 95b27a7 (the review 18b fixes: `Scope::owner_job`, `credit_admits`, `scope_fifo::on_caller`).
+/// Found by the adversarial review of 95b27a7 (the review 18b fixes: `Scope::owner_job`,
+/// `credit_admits`, `scope_fifo::on_caller`).
 #[test]
 fn an_x_root_bounced_onto_the_owners_thread_consumes_an_ordered_stream() {
-    common::isolated!(20, bounced_root_consumes_an_ordered_stream,);
+    common::isolated!(20, bounced_root_consumes_an_ordered_stream);
 }
 
 /// The body's own code, as the second half of a `join` that runs as part of J while the first
@@ -124,10 +126,11 @@ fn join_half_consumes_while_an_owner_spawn_waits() {
     settle([&x, &y]);
 }
 
-/// Found by the adversarial review of 95b27a7 (the review 18b fixes: `Scope::owner_job`, `credit_admits`, `scope_fifo::on_caller`).
+/// Found by the adversarial review of 95b27a7 (the review 18b fixes: `Scope::owner_job`,
+/// `credit_admits`, `scope_fifo::on_caller`).
 #[test]
 fn a_join_half_of_the_body_consumes_an_ordered_stream_while_an_owner_spawn_waits() {
-    common::isolated!(20, join_half_consumes_while_an_owner_spawn_waits,);
+    common::isolated!(20, join_half_consumes_while_an_owner_spawn_waits);
 }
 
 /// A plain thread's in-place scope; a thread started in the body consumes an ordered stream
@@ -158,16 +161,18 @@ fn thread_in_the_body_consumes_an_ordered_stream(from_x: bool) {
     settle([&x, &y]);
 }
 
-/// Found by the adversarial review of 95b27a7 (the review 18b fixes: `Scope::owner_job`, `credit_admits`, `scope_fifo::on_caller`).
+/// Found by the adversarial review of 95b27a7 (the review 18b fixes: `Scope::owner_job`,
+/// `credit_admits`, `scope_fifo::on_caller`).
 #[test]
 fn a_thread_started_in_a_plain_threads_in_place_body_consumes_an_ordered_stream() {
-    common::isolated!(20, || thread_in_the_body_consumes_an_ordered_stream(false),);
+    common::isolated!(20, || thread_in_the_body_consumes_an_ordered_stream(false));
 }
 
-/// Found by the adversarial review of 95b27a7 (the review 18b fixes: `Scope::owner_job`, `credit_admits`, `scope_fifo::on_caller`).
+/// Found by the adversarial review of 95b27a7 (the review 18b fixes: `Scope::owner_job`,
+/// `credit_admits`, `scope_fifo::on_caller`).
 #[test]
 fn a_thread_started_in_an_x_jobs_in_place_body_consumes_an_ordered_stream() {
-    common::isolated!(20, || thread_in_the_body_consumes_an_ordered_stream(true),);
+    common::isolated!(20, || thread_in_the_body_consumes_an_ordered_stream(true));
 }
 
 /// The bounce cycle of
@@ -207,8 +212,9 @@ fn ordered_stream_in_the_bounce_cycle() {
     settle([&x, &y]);
 }
 
-/// Found by the adversarial review of 95b27a7 (the review 18b fixes: `Scope::owner_job`, `credit_admits`, `scope_fifo::on_caller`).
+/// Found by the adversarial review of 95b27a7 (the review 18b fixes: `Scope::owner_job`,
+/// `credit_admits`, `scope_fifo::on_caller`).
 #[test]
 fn an_x_root_in_the_bounce_cycle_consumes_an_ordered_stream() {
-    common::isolated!(30, ordered_stream_in_the_bounce_cycle,);
+    common::isolated!(30, ordered_stream_in_the_bounce_cycle);
 }

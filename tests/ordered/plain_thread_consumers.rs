@@ -14,7 +14,8 @@ use std::time::Duration;
 /// Plain threads started in an in-place scope opened on a plain thread consume streams: the
 /// pool's bounds hold (they took a credit each before).
 ///
-/// Found by the final review of 6be5505 (plain-thread consumers' carriers, aside sleep, try_scope marks, consumers that change kind).
+/// Found by the final review of 6be5505 (plain-thread consumers' carriers, aside sleep, try_scope
+/// marks, consumers that change kind).
 #[test]
 fn plain_thread_consumers_in_place_scope() {
     const CONSUMERS: usize = 6;
@@ -54,7 +55,8 @@ fn plain_thread_consumers_in_place_scope() {
 /// Panics in `f` and early drops while plain-thread consumers' carriers wait for tokens and run:
 /// every token is given back, no credit is taken.
 ///
-/// Found by the final review of 6be5505 (plain-thread consumers' carriers, aside sleep, try_scope marks, consumers that change kind).
+/// Found by the final review of 6be5505 (plain-thread consumers' carriers, aside sleep, try_scope
+/// marks, consumers that change kind).
 #[test]
 fn plain_thread_consumers_panics_and_early_drops_leave_nothing() {
     let p = Arc::new(pool(2, 1));
@@ -97,7 +99,8 @@ fn plain_thread_consumers_panics_and_early_drops_leave_nothing() {
 /// One plain thread (started in an in-place body) zips many streams: each stream's fallback
 /// carrier waits for a pool token (before, each took a credit: 8 over a cap of 1).
 ///
-/// Found by the final review of 6be5505 (plain-thread consumers' carriers, aside sleep, try_scope marks, consumers that change kind).
+/// Found by the final review of 6be5505 (plain-thread consumers' carriers, aside sleep, try_scope
+/// marks, consumers that change kind).
 #[test]
 fn one_plain_thread_zipping_streams_keeps_max_inflight() {
     const STREAMS: usize = 8;
@@ -143,7 +146,8 @@ fn one_plain_thread_zipping_streams_keeps_max_inflight() {
 /// Many plain-thread consumers at max_inflight(1) on one thread, in an in-place scope of a plain
 /// thread, with source panics, item panics and early drops while others park in admission.
 ///
-/// Found by the adversarial review of 6711699 (the consumer's wake target, the plain-thread fallback carrier).
+/// Found by the adversarial review of 6711699 (the consumer's wake target, the plain-thread
+/// fallback carrier).
 #[test]
 fn plain_consumers_one_thread_cap_one_source_panics_and_drops() {
     for threads in [1usize, 2] {
@@ -196,7 +200,8 @@ fn plain_consumers_one_thread_cap_one_source_panics_and_drops() {
 /// Plain consumers whose items nest: join, spawn into the scope, and a nested stream consumed
 /// inline by the carrier; cap 1, 1 and 2 threads.
 ///
-/// Found by the adversarial review of 6711699 (the consumer's wake target, the plain-thread fallback carrier).
+/// Found by the adversarial review of 6711699 (the consumer's wake target, the plain-thread
+/// fallback carrier).
 #[test]
 fn plain_consumers_nested_items() {
     for threads in [1usize, 2] {
@@ -243,7 +248,8 @@ fn plain_consumers_nested_items() {
 /// plain thread started in the body zips others: owner carriers wait on the credit root one at a
 /// time, the plain thread's park for Y tokens; Y back to zero, no credit left.
 ///
-/// Found by the adversarial review of 6711699 (the consumer's wake target, the plain-thread fallback carrier).
+/// Found by the adversarial review of 6711699 (the consumer's wake target, the plain-thread
+/// fallback carrier).
 #[test]
 fn foreign_owner_and_plain_thread_zip_streams() {
     let y = Arc::new(pool(2, 1));

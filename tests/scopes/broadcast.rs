@@ -5,7 +5,8 @@
 //! under AddressSanitizer and `--cfg treepool_chaos` too (`.ci/run` does).
 
 use crate::common::{
-    assert_idle, assert_peak_bounds, describe, pool, settle, spin_until, wait_idle, watchdog,
+    assert_idle, assert_peak_bounds, borrowed_pool, describe, pool, settle, spin_until, wait_idle,
+    watchdog,
 };
 use std::sync::atomic::Ordering::*;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
@@ -540,14 +541,7 @@ fn broadcast_after_spawn_broadcast_runs_after_them_on_every_thread() {
 fn broadcast_while_the_builders_thread_is_outside_its_pool() {
     watchdog(60, || {
         for cap in [1, 2] {
-            let pool = Arc::new(
-                treepool::ThreadPoolBuilder::new()
-                    .num_threads(2)
-                    .max_inflight(cap)
-                    .use_current_thread()
-                    .build()
-                    .unwrap(),
-            );
+            let pool = Arc::new(borrowed_pool(2, cap));
             let builder = std::thread::current().id();
             let remote = Arc::clone(&pool);
             let seen = std::thread::spawn(move || {
@@ -577,7 +571,8 @@ fn broadcast_while_the_builders_thread_is_outside_its_pool() {
 /// it, but for worker 0 of a `use_current_thread` pool while the builder's thread is outside
 /// every call: that job runs on another worker. Each index goes to exactly one job.
 ///
-/// Found by the adversarial review of issue 18 (the rayon-core API additions): it failed on d282453.
+/// Found by the adversarial review of issue 18 (the rayon-core API additions): it failed on
+/// d282453.
 #[test]
 fn broadcast_context_index_names_the_worker_that_runs_it() {
     let seen = watchdog(30, || {

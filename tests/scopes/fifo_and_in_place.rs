@@ -546,25 +546,11 @@ fn in_place_scopes_across_pools_at_one_token() {
 fn threads_started_in_an_in_place_body_spawn_without_waiting() {
     watchdog(60, || {
         let p = pool(2, 1);
-        let ran = AtomicUsize::new(0);
-        let spawned = AtomicUsize::new(0);
-        let spawned = &spawned;
+        let (ran, spawned) = (AtomicUsize::new(0), AtomicUsize::new(0));
         p.in_place_scope(|s| {
             // One job holds the only token until every helper thread has spawned: their spawns
             // cannot wait for it (they are left to the owner, this thread, which parks).
-            s.spawn(move |_| common::spin_until(|| spawned.load(Acquire) == 4));
-            thread::scope(|t| {
-                for _ in 0..4 {
-                    t.spawn(|| {
-                        for _ in 0..25 {
-                            s.spawn(|_| {
-                                ran.fetch_add(1, Relaxed);
-                            });
-                        }
-                        spawned.fetch_add(1, Release);
-                    });
-                }
-            });
+            spawn_from_threads(s, 1, (4, 25), &ran, &spawned);
         });
         assert_eq!(ran.load(Relaxed), 100);
         let stats = p.stats();
@@ -606,29 +592,13 @@ fn spawns_left_to_an_in_place_owner_on_another_pools_worker() {
     watchdog(60, || {
         let a = pool(1, 1);
         let b = pool(2, 1);
-        let ran = AtomicUsize::new(0);
-        let spawned = AtomicUsize::new(0);
+        let (ran, spawned) = (AtomicUsize::new(0), AtomicUsize::new(0));
         a.install(|| {
             b.in_place_scope(|s| {
                 // Two jobs hold the credit root's loan and b's only pool token until the helper
                 // threads are done, so every helper spawn is left to the owner (this worker of
                 // a), which admits them as children of its credit root at the scope's end.
-                let spawned = &spawned;
-                for _ in 0..2 {
-                    s.spawn(move |_| common::spin_until(|| spawned.load(Acquire) == 3));
-                }
-                thread::scope(|t| {
-                    for _ in 0..3 {
-                        t.spawn(|| {
-                            for _ in 0..20 {
-                                s.spawn(|_| {
-                                    ran.fetch_add(1, Relaxed);
-                                });
-                            }
-                            spawned.fetch_add(1, Release);
-                        });
-                    }
-                });
+                spawn_from_threads(s, 2, (3, 20), &ran, &spawned);
             });
         });
         assert_eq!(ran.load(Relaxed), 60);
@@ -644,6 +614,33 @@ fn spawns_left_to_an_in_place_owner_on_another_pools_worker() {
         for p in [&a, &b] {
             let [stats] = settle([p]);
             assert_peak_bounds_with_calls(&stats, 1);
+        }
+    });
+}
+
+/// Spawns `holders` jobs into `s` that hold their tokens until `threads` plain threads, started
+/// here, have each spawned `per_thread` jobs into `s` (each adds 1 to `ran`); `spawned` counts
+/// the threads done.
+fn spawn_from_threads<'s>(
+    s: &treepool::Scope<'s>,
+    holders: usize,
+    (threads, per_thread): (usize, usize),
+    ran: &'s AtomicUsize,
+    spawned: &'s AtomicUsize,
+) {
+    for _ in 0..holders {
+        s.spawn(move |_| common::spin_until(|| spawned.load(Acquire) == threads));
+    }
+    thread::scope(|t| {
+        for _ in 0..threads {
+            t.spawn(|| {
+                for _ in 0..per_thread {
+                    s.spawn(move |_| {
+                        ran.fetch_add(1, Relaxed);
+                    });
+                }
+                spawned.fetch_add(1, Release);
+            });
         }
     });
 }

@@ -421,7 +421,8 @@ fn one_token_one_thread_storm() {
 /// (spawn_broadcast) runs its op on that worker above the body's frames. The op is no part of the
 /// body's scope: a fallible scope it opens must not be born cancelled (linked to the body).
 ///
-/// Found by the final review of 6be5505 (plain-thread consumers' carriers, aside sleep, try_scope marks, consumers that change kind).
+/// Found by the final review of 6be5505 (plain-thread consumers' carriers, aside sleep, try_scope
+/// marks, consumers that change kind).
 #[test]
 fn a_broadcast_op_above_a_cancelled_fallible_body_is_not_linked_to_it() {
     use std::sync::atomic::AtomicBool;

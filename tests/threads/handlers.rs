@@ -149,7 +149,7 @@ fn handler_panic_without_a_panic_handler_is_printed_and_the_pool_works() {
         settle([&pool]);
         drop(pool);
         spin_until(|| exits.len() == 2);
-    },);
+    });
 }
 
 #[test]

@@ -6,7 +6,9 @@
 
 use super::handlers::{chain, custom_spawn, deep_chain_on_segments, fan_out, join_all, Calls};
 use crate::common;
-use crate::common::{assert_idle, assert_peak_bounds, pool, settle, spin_until, spin_us, watchdog};
+use crate::common::{
+    assert_idle, assert_peak_bounds, borrowed_pool, pool, settle, spin_until, spin_us, watchdog,
+};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -93,14 +95,7 @@ fn use_current_thread_makes_the_builder_worker_0() {
 #[test]
 fn worker_0_outside_the_pool_is_never_waited_for_at_max_inflight_1() {
     watchdog(60, || {
-        let pool = Arc::new(
-            ThreadPoolBuilder::new()
-                .num_threads(2)
-                .max_inflight(1)
-                .use_current_thread()
-                .build()
-                .unwrap(),
-        );
+        let pool = Arc::new(borrowed_pool(2, 1));
         for round in 0..50 {
             // Detached trees spawned from outside any call: their jobs were on this thread's
             // deque, which it handed over as it left the call; it now blocks outside the pool.
@@ -165,7 +160,8 @@ fn headroom_reads_the_stack_of_the_builders_thread() {
 /// The builder's thread of `use_current_thread` is worker 0 (`treepool::current_thread_index()`
 /// says `Some(0)`), but the pool's own `current_thread_index` says it is none of its workers.
 ///
-/// Found by the adversarial review of issue 18 (the rayon-core API additions): it failed on d282453.
+/// Found by the adversarial review of issue 18 (the rayon-core API additions): it failed on
+/// d282453.
 #[test]
 fn use_current_thread_pool_current_thread_index_disagrees() {
     let (free, method) = watchdog(30, || {
@@ -198,7 +194,8 @@ fn use_current_thread_pool_current_thread_index_disagrees() {
 /// or scope()". Here, with one thread, a yield on worker 0 neither runs the queued spawn nor
 /// even reports being in a pool.
 ///
-/// Found by the adversarial review of issue 18 (the rayon-core API additions): it failed on d282453.
+/// Found by the adversarial review of issue 18 (the rayon-core API additions): it failed on
+/// d282453.
 #[test]
 fn use_current_thread_yield_runs_the_queued_spawn() {
     let (yielded, ran) = watchdog(30, || {
@@ -249,17 +246,19 @@ fn use_current_thread_in_place_scope_runs_its_spawn() {
     settle([&pool]);
 }
 
-/// Found by the adversarial review of 93d4ff7 (the issue 18 fixes: `Scope::owner_admits`, `credit_admits`, `pool::on_worker`).
+/// Found by the adversarial review of 93d4ff7 (the issue 18 fixes: `Scope::owner_admits`,
+/// `credit_admits`, `pool::on_worker`).
 #[test]
 fn use_current_thread_in_place_scope_on_the_builders_thread() {
-    common::isolated!(20, use_current_thread_in_place_scope_runs_its_spawn,);
+    common::isolated!(20, use_current_thread_in_place_scope_runs_its_spawn);
 }
 
 /// The builder's thread B of a `use_current_thread` pool opens the free `in_place_scope`
 /// (entered as worker 0) while another thread, which owns the pool, drops it mid-body; the
 /// body goes on spawning after the other workers stopped: B runs them at its waits.
 ///
-/// Found by the adversarial review of 95b27a7 (the review 18b fixes: `Scope::owner_job`, `credit_admits`, `scope_fifo::on_caller`).
+/// Found by the adversarial review of 95b27a7 (the review 18b fixes: `Scope::owner_job`,
+/// `credit_admits`, `scope_fifo::on_caller`).
 #[test]
 fn use_current_thread_in_place_scope_while_another_thread_drops_the_pool() {
     common::isolated!(30, || {
@@ -272,7 +271,7 @@ fn use_current_thread_in_place_scope_while_another_thread_drops_the_pool() {
                     .unwrap();
             }
         }
-    },);
+    });
 }
 
 fn one_drop_mid_body(threads: usize, cap: usize) {
@@ -280,12 +279,7 @@ fn one_drop_mid_body(threads: usize, cap: usize) {
         {
             {
                 {
-                    let pool = treepool::ThreadPoolBuilder::new()
-                        .num_threads(threads)
-                        .max_inflight(cap)
-                        .use_current_thread()
-                        .build()
-                        .unwrap();
+                    let pool = borrowed_pool(threads, cap);
                     let (tx, rx) = std::sync::mpsc::channel::<()>();
                     let dropper = std::thread::spawn(move || {
                         rx.recv().unwrap();
@@ -328,18 +322,14 @@ fn one_drop_mid_body(threads: usize, cap: usize) {
 /// a nested in-place scope of the same pool, at one token on one and two threads: the panic is
 /// raised after every job ran, and the pool is idle (B4).
 ///
-/// Found by the adversarial review of 95b27a7 (the review 18b fixes: `Scope::owner_job`, `credit_admits`, `scope_fifo::on_caller`).
+/// Found by the adversarial review of 95b27a7 (the review 18b fixes: `Scope::owner_job`,
+/// `credit_admits`, `scope_fifo::on_caller`).
 #[test]
 fn use_current_thread_in_place_scope_panics_and_nested_calls_leave_the_pool_idle() {
     common::isolated!(30, || {
         std::panic::set_hook(Box::new(|_| {}));
         for threads in 1..=2 {
-            let pool = treepool::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .max_inflight(1)
-                .use_current_thread()
-                .build()
-                .unwrap();
+            let pool = borrowed_pool(threads, 1);
             for which in 0..4u32 {
                 let ran = AtomicUsize::new(0);
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -376,7 +366,7 @@ fn use_current_thread_in_place_scope_panics_and_nested_calls_leave_the_pool_idle
                 settle([&pool]);
             }
         }
-    },);
+    });
 }
 
 /// A pool of one thread that is the builder's own: the stream is consumed in an in-place scope
@@ -406,12 +396,7 @@ fn use_current_thread_pools_stream_in_scope_and_in_place() {
     watchdog(60, || {
         for threads in [2, 3] {
             for cap in [1, 2] {
-                let p = treepool::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .max_inflight(cap)
-                    .use_current_thread()
-                    .build()
-                    .unwrap();
+                let p = borrowed_pool(threads, cap);
                 let out: Vec<u32> =
                     p.scope(|s| s.map_ordered(0..50u32, |i| i * 2).window(4).collect());
                 assert_eq!(out, (0..50).map(|i| i * 2).collect::<Vec<_>>());
@@ -446,18 +431,14 @@ fn use_current_thread_one_thread_in_place_plain_spawn() {
 /// The builder's pool P is dropped between two `next`s: the wake target last set was
 /// `Foreign(P, 0)`; the next wait replaces it (dropping P's registry there, maybe the last Arc).
 ///
-/// Found by the adversarial review of 6711699 (the consumer's wake target, the plain-thread fallback carrier).
+/// Found by the adversarial review of 6711699 (the consumer's wake target, the plain-thread
+/// fallback carrier).
 #[test]
 fn use_current_thread_pool_dropped_mid_stream() {
     watchdog(120, || {
         for round in 0..30u64 {
             let y = pool(2, 1);
-            let p = treepool::ThreadPoolBuilder::new()
-                .num_threads(1 + (round % 2) as usize)
-                .max_inflight(1)
-                .use_current_thread()
-                .build()
-                .unwrap();
+            let p = borrowed_pool(1 + (round % 2) as usize, 1);
             let got: Vec<u64> = y.in_place_scope(|s| {
                 let mut it = s
                     .map_ordered(0..20u64, |i| {
@@ -494,19 +475,15 @@ fn use_current_thread_pool_dropped_mid_stream() {
 /// `Sleep::sleep` of P, Y's workers asleep. The 10-round tests failed in each of 4 runs here
 /// (debug); the 1-round versions hung 3 of 4 and 4 of 4 alone, and under ASan.
 ///
-/// Found by the final review of 6be5505 (plain-thread consumers' carriers, aside sleep, try_scope marks, consumers that change kind).
+/// Found by the final review of 6be5505 (plain-thread consumers' carriers, aside sleep, try_scope
+/// marks, consumers that change kind).
 #[test]
 fn a_stream_started_inside_a_borrowed_workers_call_consumed_outside() {
     let out = watchdog(60, || {
         (0..10)
             .map(|_| {
                 let y = pool(2, 2);
-                let p = treepool::ThreadPoolBuilder::new()
-                    .num_threads(1)
-                    .max_inflight(1)
-                    .use_current_thread()
-                    .build()
-                    .unwrap();
+                let p = borrowed_pool(1, 1);
                 let got: Vec<u64> = y.in_place_scope(|s| {
                     let mut kept = None;
                     let mut got = Vec::new();
@@ -533,19 +510,15 @@ fn a_stream_started_inside_a_borrowed_workers_call_consumed_outside() {
     }
 }
 
-/// Found by the final review of 6be5505 (plain-thread consumers' carriers, aside sleep, try_scope marks, consumers that change kind).
+/// Found by the final review of 6be5505 (plain-thread consumers' carriers, aside sleep, try_scope
+/// marks, consumers that change kind).
 #[test]
 fn a_stream_started_outside_a_borrowed_workers_call_consumed_inside() {
     let out = watchdog(60, || {
         (0..10)
             .map(|_| {
                 let y = pool(2, 2);
-                let p = treepool::ThreadPoolBuilder::new()
-                    .num_threads(1)
-                    .max_inflight(1)
-                    .use_current_thread()
-                    .build()
-                    .unwrap();
+                let p = borrowed_pool(1, 1);
                 let got: Vec<u64> = y.in_place_scope(|s| {
                     let mut it = s
                         .map_ordered(0..20u64, |i| {
