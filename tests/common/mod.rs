@@ -1,5 +1,6 @@
 //! Shared test helpers: a watchdog that turns a hang into a failure, child processes for tests
-//! that may abort, pools, and a PRNG.
+//! that may abort or must run alone ([`isolated!`]), pools, waiting for pools to be idle and
+//! checking their stats ([`settle`]), and a PRNG.
 #![allow(dead_code)]
 
 use std::process::{Command, Stdio};

@@ -69,10 +69,11 @@ fn an_x_job_on_the_owners_thread_consumes_an_ordered_stream_of_the_scope() {
     });
 }
 
-/// The same through `install`: a Y job of the scope calls back into X (review 18b's bounce) and
-/// the X root R, run on W during the scope's end wait, consumes an ordered stream of the scope.
-/// R is not the owner (95b27a7), so its carrier is deferred to the owner, whose end loop is
-/// below R on W: it never comes back to `admit_deferred`.
+/// The same through `install`: a Y job of the scope calls back into X (the bounce of
+/// `cross_pool::in_place_scopes`) and the X root R, run on W during the scope's end wait,
+/// consumes an ordered stream of the scope. R is not the owner (95b27a7), so its carrier is
+/// deferred to the owner, whose end loop is below R on W: it never comes back to
+/// `admit_deferred`.
 fn bounced_root_consumes_an_ordered_stream() {
     let x = common::pool(1, 1);
     let y = common::pool(2, 1);
@@ -177,9 +178,9 @@ fn a_thread_started_in_an_x_jobs_in_place_body_consumes_an_ordered_stream() {
 
 /// The bounce cycle of
 /// `cross_pool::in_place_scopes::x_root_run_by_the_in_place_owner_spawns_into_its_scope` with an
-/// ordered stream in R: a Y job F2 holds Y's only token and waits in
-/// `x.install` for R, which runs on W (X's only worker) during the scope's end wait and consumes
-/// an ordered stream of the scope. Deferring R's carrier (95b27a7) hangs: the owner's end loop
+/// ordered stream in R: a Y job F2 holds Y's only token and waits in `x.install` for R, which
+/// runs on W (X's only worker) during the scope's end wait and consumes an ordered stream of the
+/// scope. Deferring R's carrier (95b27a7) hangs: the owner's end loop
 /// is below R. Waiting for it as an owner spawn (10d6a3a) hangs too: it would wait for F2's
 /// token or for the credit root's loan, held by D1, which waits for F2. So a non-owner consumer
 /// can neither wait for nor defer its carrier here.
