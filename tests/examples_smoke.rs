@@ -14,6 +14,19 @@ struct Run {
     stderr: String,
 }
 
+impl Run {
+    /// Asserts that the example exited with status 0, showing its output otherwise.
+    fn assert_success(&self) {
+        assert_eq!(
+            self.code,
+            Some(0),
+            "stdout:\n{}\nstderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
+    }
+}
+
 /// `cargo run --example <name> -- <args>`, killed if it outlives the watchdog.
 fn run_example(name: &str, args: &[&str]) -> Run {
     let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
@@ -102,13 +115,7 @@ fn designs_hold_is_stuck_and_lend_stays_under_the_cap() {
             "2",
         ],
     );
-    assert_eq!(
-        r.code,
-        Some(0),
-        "stdout:\n{}\nstderr:\n{}",
-        r.stdout,
-        r.stderr
-    );
+    r.assert_success();
     assert!(!r.stdout.contains("WRONG CHECKSUM"), "{}", r.stdout);
 
     // A cap of 2 with parents that hold their permit deadlocks; the example must say so.
@@ -142,13 +149,7 @@ fn pipeline_counts_match_a_sequential_count() {
             "--verify",
         ],
     );
-    assert_eq!(
-        r.code,
-        Some(0),
-        "stdout:\n{}\nstderr:\n{}",
-        r.stdout,
-        r.stderr
-    );
+    r.assert_success();
     assert!(r.stdout.contains("verify: ok"), "{}", r.stdout);
     let line = r
         .stdout

@@ -1,5 +1,6 @@
 //! Shared test helpers: a watchdog that turns a hang into a failure, child processes for tests
-//! that may abort, pools, and a PRNG.
+//! that may abort or must run alone ([`isolated!`]), pools, waiting for pools to be idle and
+//! checking their stats ([`settle`]), and a PRNG.
 #![allow(dead_code)]
 
 use std::process::{Command, Stdio};
@@ -96,22 +97,50 @@ pub fn child_outcome(name: &str, env: &str, value: &str, secs: u64) -> Result<St
     }
 }
 
-/// Runs the test `name` of this test binary alone in a child process with `env=1` (see
-/// [`child_outcome`]) and asserts that it passes within `secs` seconds; kills it otherwise.
-pub fn in_child(name: &str, env: &str, secs: u64) {
-    if let Err(report) = child_outcome(name, env, "1", secs) {
-        panic!("{report}");
-    }
+/// Set in a child process that [`isolated!`] starts: the name of the test it runs.
+pub const CHILD_ENV: &str = "TREEPOOL_TEST_CHILD";
+
+/// The name libtest gives the test whose body this is called in (`module::test`, what
+/// `--exact` takes), read off the path of a function item declared in place.
+#[allow(unused_macros)]
+macro_rules! test_name {
+    () => {{
+        fn here() {}
+        $crate::common::test_path(::std::any::type_name_of_val(&here))
+    }};
+}
+#[allow(unused_imports)]
+pub(crate) use test_name;
+
+/// The libtest name of the test whose function holds the item at `path`
+/// (`crate::module::test::{{closure}}::here` is `module::test`).
+pub fn test_path(path: &str) -> String {
+    let mut parts: Vec<&str> = path.split("::").filter(|p| *p != "{{closure}}").collect();
+    parts.pop();
+    parts.remove(0);
+    parts.join("::")
 }
 
-/// For a test whose failure is a hang or an abort: in the child process (where `env` is set),
-/// runs `f`; in the test's own process, runs the test `name` alone in a child with `env=1` and
-/// asserts that it passes within `secs` seconds ([`in_child`]).
-pub fn isolated(name: &str, env: &str, secs: u64, f: impl FnOnce()) {
-    if std::env::var_os(env).is_some() {
-        f();
-    } else {
-        in_child(name, env, secs);
+/// `isolated!(secs, body)`, for a test whose failure may be a hang or an abort (or that sets the
+/// environment or builds the global pool): in the test's own process, runs this test alone in a
+/// child process of the binary and asserts that it passes within `secs` seconds (killing it
+/// otherwise, see [`child_outcome`]); in that child, runs `body`. The test is found by its own
+/// name ([`test_name!`]), so call it in the test's function, not in a helper.
+#[allow(unused_macros)]
+macro_rules! isolated {
+    ($secs:expr, $body:expr $(,)?) => {
+        $crate::common::isolated_as(&$crate::common::test_name!(), $secs, $body)
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use isolated;
+
+/// What [`isolated!`] runs for the test `name`.
+pub fn isolated_as(name: &str, secs: u64, body: impl FnOnce()) {
+    if std::env::var(CHILD_ENV).is_ok_and(|child| child == name) {
+        body();
+    } else if let Err(report) = child_outcome(name, CHILD_ENV, name, secs) {
+        panic!("{report}");
     }
 }
 
@@ -157,6 +186,17 @@ pub fn pool(threads: usize, cap: usize) -> treepool::ThreadPool {
         .expect("build a pool")
 }
 
+/// A pool of `threads` workers and `cap` tokens whose worker 0 is the calling thread
+/// (`use_current_thread`): a worker while it is inside a call into the pool.
+pub fn borrowed_pool(threads: usize, cap: usize) -> treepool::ThreadPool {
+    treepool::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .max_inflight(cap)
+        .use_current_thread()
+        .build()
+        .expect("build a pool on the current thread")
+}
+
 /// Waits (spinning, under the caller's watchdog) until `cond` holds.
 pub fn spin_until(mut cond: impl FnMut() -> bool) {
     while !cond() {
@@ -173,6 +213,28 @@ pub fn spin_until(mut cond: impl FnMut() -> bool) {
 pub fn join_until(mut cond: impl FnMut() -> bool) {
     while !cond() {
         treepool::join(|| {}, std::hint::spin_loop);
+    }
+}
+
+/// Fibonacci by `treepool::join` on the current pool (the global one from outside any pool).
+pub fn fib(n: u32) -> u64 {
+    if n < 2 {
+        return n as u64;
+    }
+    let (a, b) = treepool::join(|| fib(n - 1), || fib(n - 2));
+    a + b
+}
+
+/// Runs `f`, catching a panic as what its payload says ([`describe`]).
+pub fn catch<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(describe)
+}
+
+/// Busy-waits `us` microseconds (a job that takes a while without sleeping its thread).
+pub fn spin_us(us: u64) {
+    let until = Instant::now() + Duration::from_micros(us);
+    while Instant::now() < until {
+        std::hint::spin_loop();
     }
 }
 
@@ -251,6 +313,19 @@ pub fn assert_idle(stats: &treepool::Stats) {
     assert_eq!(stats.inflight, 0, "B4: inflight after idle: {stats:?}");
     assert_eq!(stats.executing, 0, "B4: executing after idle: {stats:?}");
     assert_eq!(stats.tokens_in_use, 0, "B4: tokens after idle: {stats:?}");
+}
+
+/// Waits (under the caller's watchdog) until every pool of `pools` is idle ([`wait_idle`]), then
+/// asserts B4 on each ([`assert_idle`]) and returns their stats, for further checks.
+pub fn settle<const N: usize>(pools: [&treepool::ThreadPool; N]) -> [treepool::Stats; N] {
+    for pool in pools {
+        wait_idle(pool);
+    }
+    pools.map(|pool| {
+        let stats = pool.stats();
+        assert_idle(&stats);
+        stats
+    })
 }
 
 /// A panic payload whose `Drop` panics.

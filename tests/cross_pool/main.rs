@@ -1,0 +1,11 @@
+//! Calls between pools: a job of one pool calling, spawning into or opening an (in-place) scope
+//! of another, random trees across pools and the shrunk deadlock shapes, cycles of single-token
+//! pools, pools dropped mid-flight; each pool's bounds with the credit of calls from others.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod calls;
+mod deferred_spawns_and_cycles;
+mod in_place_scopes;
+mod trees_and_shapes;

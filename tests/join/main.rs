@@ -1,0 +1,9 @@
+//! `join`: its results and panics, lazy halves promoted on request, `join_context`, the yields and
+//! the pending-work queries.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod basics;
+mod context_and_yield;
+mod lazy;
