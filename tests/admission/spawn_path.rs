@@ -407,7 +407,7 @@ fn join_halves_popped_by_the_help_loop() {
 }
 
 // Attack A': the same starvation, with the victim a detached spawn from a job of another pool
-// (queued in `waiters`, never waits: design §4.1 "granted by whoever frees a pool token").
+// (queued in `waiters`, never waits: design §2.3 "granted by whoever frees a pool token").
 #[test]
 fn a_queued_cross_pool_spawn_is_granted_while_a_job_spawns_in_a_loop() {
     watchdog(20, || {

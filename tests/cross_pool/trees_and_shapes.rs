@@ -1153,7 +1153,7 @@ fn shape_2_while_the_joiners_token_is_lent_to_a_child_on_another_worker() {
     });
 }
 
-/// Known to hang still, now and then: run with `--ignored`. See docs/design.md §4.7 (iv).
+/// Known to hang still, now and then: run with `--ignored`. See docs/design.md §6, "A `join` whose `a` waits for its own `b`".
 #[test]
 #[ignore = "known hang: y promoted before x's spawn waits for admission is handed back"]
 fn shape_2_whose_x_first_waits_for_a_spawns_admission() {

@@ -1,4 +1,4 @@
-//! Lazy join (`src/lazy.rs`): a `join`'s `b` stays private to its joiner's thread until an idle
+//! Lazy join (`src/worker/lazy.rs`): a `join`'s `b` stays private to its joiner's thread until an idle
 //! worker asks for work; then the joiner promotes its oldest private half at its next `join`.
 //! These tests force promotions (an `a` that joins in a loop until `b` has run elsewhere) and
 //! check that every half runs exactly once, that the panic of a promoted half is raised as any

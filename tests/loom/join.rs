@@ -1,4 +1,4 @@
-//! Loom models of lazy join (`src/lazy.rs`, `src/join.rs`): promotion of a private join half
+//! Loom models of lazy join (`src/worker/lazy.rs`, `src/api/join.rs`): promotion of a private join half
 //! against its joiner taking it back.
 //!
 //! Run with

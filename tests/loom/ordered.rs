@@ -1,4 +1,4 @@
-//! Loom models of the ordered stream's two handshakes (`Handoff` in `src/ordered.rs`).
+//! Loom models of the ordered stream's two handshakes (`Handoff` in `src/api/ordered.rs`).
 //!
 //! Run with
 //!
@@ -17,7 +17,7 @@
 //! if it says so: a lost wake-up leaves the consumer parked forever, which loom reports as a
 //! deadlock.
 //!
-//! Shown to fail (each change made alone to `src/ordered.rs`, then reverted):
+//! Shown to fail (each change made alone to `src/api/ordered.rs`, then reverted):
 //! * `stays` without its fence: model (a) fails "an item was left without a carrier";
 //! * `add_carrier` without its fence: the same;
 //! * `complete` without its fence, or `arm` without its fence: model (b) deadlocks (loom:

@@ -1,4 +1,4 @@
-//! Loom models of the sleep/wake protocol (`src/sleep.rs`).
+//! Loom models of the sleep/wake protocol (`src/worker/sleep.rs`).
 //!
 //! Run with
 //!
@@ -20,7 +20,7 @@
 //! worker takes it out of the count, and a worker that leaves on its own takes itself out, once
 //! (a second time trips a `debug_assert!`; CI runs the models with debug assertions).
 //!
-//! Shown to fail (each change made alone to `src/sleep.rs`, then reverted; a deadlock aborts the
+//! Shown to fail (each change made alone to `src/worker/sleep.rs`, then reverted; a deadlock aborts the
 //! run at the first model that hits it):
 //! * without the SeqCst fence in `wake_worker`: model (b) deadlocks;
 //! * without the fence after the sleeper raises its `asleep` flag, or with the flag raised

@@ -1,4 +1,4 @@
-//! Loom models of the lending token table (`src/token.rs`).
+//! Loom models of the lending token table (`src/admission/token.rs`).
 //!
 //! Run with
 //!
@@ -93,13 +93,13 @@
 //! `pop` by itself (and a releaser's `is_empty` before a later push), so **loom cannot check the
 //! SeqCst fences next to the queue** (in `register`, `purge_stale` and `count_free_and_recheck`)
 //! nor the SeqCst of `try_pool` and of the free count: deleting the fences and making every SeqCst
-//! in `src/token.rs` Relaxed passes every model.
+//! in `src/admission/token.rs` Relaxed passes every model.
 //! Those orderings rest on the argument in `count_free_and_recheck`'s doc, not on these models.
 //! The stale-entry purge (`purge_stale`, after 32 stale entries) is not modelled: it needs 32
 //! spawns. Deadlock freedom across pools (B3) is not modelled either: jobs of different pools are
 //! never linked, and a credit root is a plain root here. The lenders' tickets are left unset: the
-//! table never reads them. The join model mirrors `JoinJob`/`Latch` (`src/job.rs`,
-//! `src/latch.rs`) with loom primitives, since the real ones need a `Registry` with worker threads.
+//! table never reads them. The join model mirrors `JoinJob`/`Latch` (`src/worker/job.rs`,
+//! `src/worker/latch.rs`) with loom primitives, since the real ones need a `Registry` with worker threads.
 
 use crate::runner::model;
 use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
@@ -726,12 +726,12 @@ fn waiter_granted_by_loan_and_pool_at_once() {
     });
 }
 
-/// `JoinJob` latch states (`src/latch.rs`).
+/// `JoinJob` latch states (`src/worker/latch.rs`).
 const UNSET: u8 = 0;
 const SET: u8 = 1;
 const HANDED_BACK: u8 = 2;
 
-/// The join protocol of `src/join.rs` and `JoinJob::run` (`src/job.rs`), mirrored with loom
+/// The join protocol of `src/api/join.rs` and `JoinJob::run` (`src/worker/job.rs`), mirrored with loom
 /// primitives: `in_deque` stands for `b` in the joiner's deque (taken by exactly one of the
 /// joiner's pop and a thief's steal), `latch` for `b`'s latch. J (the joiner's job) holds the
 /// only token and lent it to C1; if `c1_returns`, a third thread finishes C1 meanwhile, so the

@@ -3,7 +3,7 @@
 //! threads started in the body. Every test that may hang runs in a child process with a timeout.
 //!
 //! The shape that breaks: a consumer of `Scope::map_ordered` that is not taken for the scope's
-//! owner (design §4.13: "any other consumer spawns one carrier with `Scope::spawn`'s rules ...
+//! owner (design §4.8: "any other consumer spawns one carrier with `Scope::spawn`'s rules ...
 //! offer, else defer to the scope's owner") waits for its carrier; a deferred carrier is admitted
 //! only by the owner's `admit_deferred`, at the scope's end (`run_scope`), which the consumer's
 //! wait keeps the owner from reaching. Since 95b27a7 the code that runs on the owner's thread

@@ -1,4 +1,4 @@
-//! The stack-headroom rule at its edges (issue 17; `src/stack.rs`, `docs/design.md` §4.4):
+//! The stack-headroom rule at its edges (issue 17; `src/base/stack.rs`, `docs/design.md` §3.6, §5.5):
 //! every job starts with at least half of its worker's stack free, on a stack segment when
 //! helping has nested deeper, whatever the builder's `stack_size`, and code in a job that
 //! guards its own recursion with `stacker` (rustc, the `recursive` crate) stays safe on a

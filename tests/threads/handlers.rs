@@ -1,4 +1,4 @@
-//! The builder's handlers (`src/builder.rs`, `docs/design.md` §4.8): start and exit handlers,
+//! The builder's handlers (`src/api/builder.rs`, `docs/design.md` §4.9): start and exit handlers,
 //! their panics, `spawn_handler` and `ThreadBuilder`, `build_scoped`, and the stack headroom of a
 //! spawn handler's thread. Every test that could hang runs under a watchdog; those that could
 //! abort the process run in a child process of this binary.

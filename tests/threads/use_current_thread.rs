@@ -470,7 +470,7 @@ fn use_current_thread_pool_dropped_mid_stream() {
 /// not B's park. Then the reverse: started as a plain thread (waker: `Thread(B)`, unpark),
 /// consumed inside `P.in_place_scope` (B sleeps in P's `Sleep`).
 ///
-/// Seen in gdb at the hang: (1) B in `wait_on` -> `thread::park` (src/registry.rs:491), Y's two
+/// Seen in gdb at the hang: (1) B in `wait_on` -> `thread::park` (src/worker/registry.rs:491), Y's two
 /// workers asleep in `main_loop`; (2) B in `wait_on` -> `WorkerThread::wait_until` ->
 /// `Sleep::sleep` of P, Y's workers asleep. The 10-round tests failed in each of 4 runs here
 /// (debug); the 1-round versions hung 3 of 4 and 4 of 4 alone, and under ASan.
