@@ -68,6 +68,7 @@ mod borrowed;
 mod broadcast;
 mod builder;
 mod chaos;
+mod configuration;
 mod fifo;
 mod job;
 mod join;
@@ -89,13 +90,16 @@ mod try_scope;
 pub use broadcast::{broadcast, spawn_broadcast, BroadcastContext};
 pub use builder::{
     max_num_threads, BuildError, ThreadBuilder, ThreadPoolBuildError, ThreadPoolBuilder,
-    DEFAULT_TOKENS_PER_THREAD, NUM_THREADS_ENV,
+    DEFAULT_TOKENS_PER_THREAD, MAX_INFLIGHT_ENV, NUM_THREADS_ENV, RAYON_NUM_THREADS_ENVS,
 };
+#[allow(deprecated)]
+pub use configuration::{initialize, Configuration};
 pub use join::FnContext;
 pub use ordered::OrderedMap;
 pub use pool::{
-    current_num_threads, current_thread_has_pending_tasks, current_thread_index, join,
-    join_context, scope, spawn, yield_local, yield_now, ThreadPool, Yield,
+    current_num_threads, current_thread_has_pending_tasks, current_thread_index,
+    global_max_inflight, global_stats, join, join_context, scope, spawn, yield_local, yield_now,
+    ThreadPool, Yield,
 };
 pub use scope::Scope;
 pub use scope_fifo::{in_place_scope, in_place_scope_fifo, scope_fifo, spawn_fifo, ScopeFifo};
