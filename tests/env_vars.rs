@@ -55,8 +55,14 @@ fn rayon_num_threads_sizes_default_pools_after_treepool_num_threads() {
             // As rayon-core: RAYON_NUM_THREADS first; a value that is no number is skipped,
             // 0 means the available parallelism.
             assert_eq!(default_threads(&[(rayon, Some("5")), (old, Some("2"))]), 5);
-            assert_eq!(default_threads(&[(rayon, Some("many")), (old, Some("2"))]), 2);
-            assert_eq!(default_threads(&[(rayon, Some("0")), (old, Some("2"))]), available());
+            assert_eq!(
+                default_threads(&[(rayon, Some("many")), (old, Some("2"))]),
+                2
+            );
+            assert_eq!(
+                default_threads(&[(rayon, Some("0")), (old, Some("2"))]),
+                available()
+            );
             assert_eq!(default_threads(&[(rayon, Some("-1"))]), available());
             // TREEPOOL_NUM_THREADS wins over both.
             let both = [(NUM_THREADS_ENV, Some("2")), (rayon, Some("3"))];
@@ -108,7 +114,10 @@ fn global_pool_reads_both_variables_and_reports_its_stats() {
         CHILD,
         60,
         || {
-            set_env(&[("RAYON_NUM_THREADS", Some("3")), (MAX_INFLIGHT_ENV, Some("2"))]);
+            set_env(&[
+                ("RAYON_NUM_THREADS", Some("3")),
+                (MAX_INFLIGHT_ENV, Some("2")),
+            ]);
             assert_eq!(treepool::current_num_threads(), 3);
             assert_eq!(treepool::global_max_inflight(), 2);
             let leaves = std::sync::atomic::AtomicUsize::new(0);
@@ -127,7 +136,11 @@ fn global_pool_reads_both_variables_and_reports_its_stats() {
             let stats = treepool::global_stats();
             assert!(stats.peak_executing <= 2, "{stats:?}");
             assert!(stats.peak_inflight <= 2 * stats.peak_depth, "{stats:?}");
-            assert_eq!(stats.admitted_on_loan + stats.admitted_from_pool, 1051, "{stats:?}");
+            assert_eq!(
+                stats.admitted_on_loan + stats.admitted_from_pool,
+                1051,
+                "{stats:?}"
+            );
             assert_eq!((stats.inflight, stats.executing), (0, 0), "{stats:?}");
             // From a worker of another pool, still the global pool's.
             let other = common::pool(2, 4);
@@ -158,7 +171,10 @@ fn rayon_core_deprecated_configuration_builds_pools() {
                 })
                 .exit_handler(|_| {})
                 .panic_handler(|_| {});
-            assert!(format!("{config:?}").contains("num_threads: 2"), "{config:?}");
+            assert!(
+                format!("{config:?}").contains("num_threads: 2"),
+                "{config:?}"
+            );
             let pool = treepool::ThreadPool::new(config).expect("a pool from a Configuration");
             let name = pool.install(|| std::thread::current().name().map(str::to_owned));
             assert!(name.unwrap().starts_with("configured-"));
