@@ -7,8 +7,18 @@
 //! then ITERS times, and prints `key=value` lines: the result (a checksum every run must
 //! repeat, and the two builds must agree on), the median time of the timed runs, and what the
 //! binary's `report` adds. `BIN list` prints the programs' names.
+//!
+//! `BIN walk DIR` is the program that shows why a rayon program may switch to treepool: a
+//! `rayon::scope` whose body walks DIR, reads each file and spawns a job per file, holding the
+//! file's contents, to hash them. rayon-core's `spawn` never waits, so the
+//! walk reads ahead of the hashing and its memory grows with the tree; treepool's waits for
+//! admission, so at most `max_inflight × levels` files are held. It prints the time, the
+//! process's peak RSS and the files' checksum.
 
+use std::fs;
 use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 use std::time::Instant;
 
@@ -38,6 +48,17 @@ pub fn main(report: impl FnOnce() -> Vec<(&'static str, u64)>) {
     let name = args.next().unwrap_or_else(|| "list".into());
     if name == "list" {
         PROGRAMS.iter().for_each(|(name, _)| println!("{name}"));
+        return;
+    }
+    if name == "walk" {
+        let dir = args.next().expect("walk DIR");
+        let start = Instant::now();
+        walk(dir.into());
+        println!("time_ms={}", start.elapsed().as_millis());
+        println!("peak_rss_kib={}", peak_rss_kib());
+        report()
+            .into_iter()
+            .for_each(|(key, value)| println!("{key}={value}"));
         return;
     }
     let iters: usize = args
@@ -392,4 +413,62 @@ fn fib_join() -> u64 {
         a + b
     }
     fib(32)
+}
+
+// ---- The file walk (`walk DIR`).
+
+fn walk(dir: PathBuf) {
+    let (files, bytes, checksum) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let totals = (&files, &bytes, &checksum);
+    rayon::scope(|s| visit(s, dir, totals));
+    println!("files={}", files.into_inner());
+    println!("bytes={}", bytes.into_inner());
+    println!("result={}", checksum.into_inner());
+}
+
+type Totals<'a> = (&'a AtomicU64, &'a AtomicU64, &'a AtomicU64);
+
+/// Reads the files under `dir` in order, on the scope's own thread, and spawns a job per file
+/// that hashes its contents.
+fn visit<'s>(s: &rayon::Scope<'s>, dir: PathBuf, totals: Totals<'s>) {
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return;
+    };
+    let mut paths: Vec<PathBuf> = entries.flatten().map(|entry| entry.path()).collect();
+    paths.sort();
+    for path in paths {
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            visit(s, path, totals);
+        } else if let (true, Ok(contents)) = (meta.is_file(), fs::read(&path)) {
+            s.spawn(move |_| {
+                let (files, bytes, checksum) = totals;
+                files.fetch_add(1, Ordering::Relaxed);
+                bytes.fetch_add(contents.len() as u64, Ordering::Relaxed);
+                checksum.fetch_add(digest(&contents), Ordering::Relaxed);
+            });
+        }
+    }
+}
+
+/// Four passes of FNV-1a, a byte at a time: the per-file work (a parser's, a compressor's) is
+/// slower than reading a cached file.
+fn digest(bytes: &[u8]) -> u64 {
+    (0..4u8).fold(0xcbf2_9ce4_8422_2325, |seed, pass| {
+        bytes.iter().fold(seed ^ u64::from(pass), |hash, &b| {
+            (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+    })
+}
+
+/// The process's peak resident set (Linux's VmHWM), in KiB; 0 where it is not reported.
+fn peak_rss_kib() -> u64 {
+    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
 }
