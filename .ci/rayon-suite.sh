@@ -2,7 +2,9 @@
 # rayon's own test suite (its unit, integration and doc tests, in release) on treepool: a copy of
 # rayon's source from the registry, with its rayon-core patched to this repository's
 # compatibility crate (rayon-core/). Fails if a test fails, if the patched build does not put
-# rayon on treepool, or if fewer tests ran than rayon 1.12 has.
+# rayon on treepool, or if fewer tests ran than rayon 1.12 has. First, fmt and clippy for the
+# crates of this repository that are not members of its workspace (the compat crate and the
+# rayon programs built on it).
 #
 # The rayon version is the one tests/rayon-compat/Cargo.lock pins (1.12.x); cargo fetches its
 # source and its dev-dependencies from crates.io. Everything builds in one target directory of
@@ -39,8 +41,14 @@ if [ "$(cat "$rayon/Cargo.toml")" != "$manifest" ]; then
     printf '%s\n' "$manifest" >"$rayon/Cargo.toml"
 fi
 
-suite=(--manifest-path "$rayon/Cargo.toml")
 export CARGO_TARGET_DIR=$dir/target
+# The crates outside treepool's workspace, which the workspace's fmt and clippy steps miss.
+for crate in rayon-core tests/rayon-compat benches/rayon benches/rayon/on-treepool; do
+    cargo fmt --check --manifest-path "$crate/Cargo.toml"
+    cargo clippy --quiet --all-targets --manifest-path "$crate/Cargo.toml" -- -D warnings
+done
+
+suite=(--manifest-path "$rayon/Cargo.toml")
 # rayon's rayon-core must be this repository's crate, and rayon must depend on treepool through it.
 core=$(cargo tree "${suite[@]}" --edges normal --invert rayon-core --depth 0 --prefix none)
 [[ $core == "rayon-core v1.13."*" ($root/rayon-core)" ]] ||

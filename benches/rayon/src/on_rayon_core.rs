@@ -2,5 +2,5 @@
 mod programs;
 
 fn main() {
-    programs::main(|| Vec::new());
+    programs::main(Vec::new);
 }
