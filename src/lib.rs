@@ -73,13 +73,16 @@ pub use admission::stats::Stats;
 pub use api::broadcast::{broadcast, spawn_broadcast, BroadcastContext};
 pub use api::builder::{
     max_num_threads, BuildError, ThreadBuilder, ThreadPoolBuildError, ThreadPoolBuilder,
-    DEFAULT_TOKENS_PER_THREAD, NUM_THREADS_ENV,
+    DEFAULT_TOKENS_PER_THREAD, MAX_INFLIGHT_ENV, NUM_THREADS_ENV, RAYON_NUM_THREADS_ENVS,
 };
+#[allow(deprecated)]
+pub use api::configuration::{initialize, Configuration};
 pub use api::join::FnContext;
 pub use api::ordered::OrderedMap;
 pub use api::pool::{
-    current_num_threads, current_thread_has_pending_tasks, current_thread_index, join,
-    join_context, scope, spawn, yield_local, yield_now, ThreadPool, Yield,
+    current_num_threads, current_thread_has_pending_tasks, current_thread_index,
+    global_max_inflight, global_stats, join, join_context, scope, spawn, yield_local, yield_now,
+    ThreadPool, Yield,
 };
 pub use api::scope::Scope;
 pub use api::scope_fifo::{in_place_scope, in_place_scope_fifo, scope_fifo, spawn_fifo, ScopeFifo};
@@ -90,7 +93,7 @@ pub use api::try_scope::{try_scope, TryScope};
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
-/// Internals exposed to the loom models in `tests/loom_*.rs` (built with `--cfg loom` only).
+/// Internals exposed to the loom models in `tests/loom/` (built with `--cfg loom` only).
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod __loom {

@@ -26,6 +26,16 @@ use crate::worker::wait::main_loop;
 /// The environment variable read by `num_threads(0)` (the default).
 pub const NUM_THREADS_ENV: &str = "TREEPOOL_NUM_THREADS";
 
+/// rayon-core's environment variables for `num_threads(0)`, in its order, read as rayon-core
+/// reads them, after [`NUM_THREADS_ENV`] (which wins when set): the first that holds a number
+/// decides, a positive one sizes the pool and `0` means the available parallelism; a value
+/// that is not a number is skipped.
+pub const RAYON_NUM_THREADS_ENVS: [&str; 2] = ["RAYON_NUM_THREADS", "RAYON_RS_NUM_CPUS"];
+
+/// The environment variable read by a builder whose `max_inflight` is not set (the global pool
+/// built on first use, and every pool built without [`ThreadPoolBuilder::max_inflight`]).
+pub const MAX_INFLIGHT_ENV: &str = "TREEPOOL_MAX_INFLIGHT";
+
 /// Tokens per worker thread when `max_inflight` is not set.
 ///
 /// Chosen from the `max_inflight` sweep in `docs/benchmarks.md`: with 2 tokens per thread the
@@ -121,8 +131,19 @@ impl ThreadPoolBuilder {
 
 impl<S> ThreadPoolBuilder<S> {
     /// The number of worker threads. `0` (the default) means the `TREEPOOL_NUM_THREADS`
-    /// environment variable if set, else [`std::thread::available_parallelism`]. More than
-    /// [`max_num_threads`] (either way) is reduced to it.
+    /// environment variable if set (a value that is not a positive integer is a build error),
+    /// else rayon-core's `RAYON_NUM_THREADS`, else its deprecated `RAYON_RS_NUM_CPUS`
+    /// ([`RAYON_NUM_THREADS_ENVS`]: read as rayon-core reads them, never an error), else
+    /// [`std::thread::available_parallelism`]. More than [`max_num_threads`] (any way) is
+    /// reduced to it.
+    ///
+    /// ```
+    /// // A rayon program's setting sizes default pools, unless TREEPOOL_NUM_THREADS is set.
+    /// # std::env::remove_var(treepool::NUM_THREADS_ENV);
+    /// std::env::set_var("RAYON_NUM_THREADS", "3");
+    /// let pool = treepool::ThreadPoolBuilder::new().build().unwrap();
+    /// assert_eq!(pool.current_num_threads(), 3);
+    /// ```
     pub fn num_threads(mut self, n: usize) -> Self {
         self.num_threads = n;
         self
@@ -132,6 +153,19 @@ impl<S> ThreadPoolBuilder<S> {
     /// `max_inflight × levels` are in flight (calls from other pools' jobs add one credit token
     /// each while they run, see [`ThreadPool::install`](crate::ThreadPool::install)). `0`, or
     /// more than 2³² − 1, is a build error.
+    ///
+    /// Not set, it is the `TREEPOOL_MAX_INFLIGHT` environment variable ([`MAX_INFLIGHT_ENV`])
+    /// if set, under the same rule (a value that is not a number from 1 to 2³² − 1 is a build
+    /// error), else [`DEFAULT_TOKENS_PER_THREAD`] per thread. The variable is how a program
+    /// that never builds a pool (a rayon program on treepool's global pool) sets its cap.
+    ///
+    /// ```
+    /// std::env::set_var(treepool::MAX_INFLIGHT_ENV, "5");
+    /// let pool = treepool::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    /// assert_eq!(pool.max_inflight(), 5);
+    /// let set = treepool::ThreadPoolBuilder::new().num_threads(2).max_inflight(3).build();
+    /// assert_eq!(set.unwrap().max_inflight(), 3); // the builder's value wins
+    /// ```
     pub fn max_inflight(mut self, cap: usize) -> Self {
         self.max_inflight = Some(cap);
         self
@@ -505,9 +539,20 @@ impl<F: FnMut(ThreadBuilder) -> io::Result<()>> ThreadSpawn for CustomSpawn<F> {
     }
 }
 
-/// The number of tokens: as asked (1 to `MAX_TOKENS`), else `DEFAULT_TOKENS_PER_THREAD` per
-/// thread.
+/// The number of tokens: as asked, else `TREEPOOL_MAX_INFLIGHT` (1 to `MAX_TOKENS` either way),
+/// else `DEFAULT_TOKENS_PER_THREAD` per thread.
 fn resolve_max_inflight(cap: Option<usize>, num_threads: usize) -> Result<usize, BuildError> {
+    let cap = match (cap, std::env::var_os(MAX_INFLIGHT_ENV)) {
+        (None, Some(value)) => match value.to_str().map(|v| v.trim().parse::<usize>()) {
+            Some(Ok(cap)) => Some(cap),
+            _ => {
+                return Err(BuildError::new(format!(
+                    "{MAX_INFLIGHT_ENV}={value:?} is not a number of tokens"
+                )))
+            }
+        },
+        (cap, _) => cap,
+    };
     match cap {
         Some(0) => Err(BuildError::new("max_inflight must be at least 1, got 0")),
         Some(cap) if cap > MAX_TOKENS => Err(BuildError::new(format!(
@@ -529,8 +574,8 @@ fn default_stack_size() -> usize {
         .unwrap_or(2 << 20)
 }
 
-/// The number of workers: `n`, else `TREEPOOL_NUM_THREADS`, else the available parallelism;
-/// at most `MAX_THREADS`.
+/// The number of workers: `n`, else `TREEPOOL_NUM_THREADS`, else the first of rayon-core's
+/// variables that is a positive integer, else the available parallelism; at most `MAX_THREADS`.
 fn resolve_num_threads(n: usize) -> Result<usize, BuildError> {
     if n > 0 {
         return Ok(n.min(MAX_THREADS));
@@ -544,7 +589,13 @@ fn resolve_num_threads(n: usize) -> Result<usize, BuildError> {
             ))),
         };
     }
-    Ok(std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS)))
+    let rayon = RAYON_NUM_THREADS_ENVS
+        .iter()
+        .find_map(|name| std::env::var(name).ok()?.trim().parse::<usize>().ok());
+    let n = rayon
+        .filter(|&n| n > 0)
+        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()));
+    Ok(n.unwrap_or(1).min(MAX_THREADS))
 }
 
 /// Another name for [`BuildError`], as rayon-core calls it.

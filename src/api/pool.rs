@@ -475,6 +475,34 @@ pub fn current_num_threads() -> usize {
     }
 }
 
+/// A snapshot of the global pool's [`Stats`] (the pool of the free functions outside every
+/// pool, and of a rayon program's parallel iterators on treepool), from any thread; builds the
+/// global pool with the defaults if it does not exist yet, as any use of it does.
+///
+/// ```
+/// std::env::set_var(treepool::MAX_INFLIGHT_ENV, "3"); // before the global pool's first use
+/// treepool::scope(|s| {
+///     for _ in 0..100 {
+///         s.spawn(|_| {});
+///     }
+/// });
+/// let stats = treepool::global_stats();
+/// assert_eq!(treepool::global_max_inflight(), 3);
+/// assert!(stats.peak_executing <= 3);
+/// assert_eq!(stats.admitted_on_loan + stats.admitted_from_pool, 101); // 100 spawns + the root
+/// assert_eq!(stats.inflight, 0);
+/// ```
+pub fn global_stats() -> Stats {
+    global_registry().stats()
+}
+
+/// The global pool's number of tokens ([`ThreadPoolBuilder::max_inflight`], else
+/// `TREEPOOL_MAX_INFLIGHT`, else the default); builds the global pool with the defaults if it
+/// does not exist yet. See [`global_stats`].
+pub fn global_max_inflight() -> usize {
+    global_registry().max_inflight()
+}
+
 /// Whether the calling worker thread has work of its own pending: jobs in its deque, or `join`
 /// halves it keeps private until a thief asks (see [`join`]). `None` outside every pool. As
 /// racy as rayon-core's: other workers may take the deque's jobs at any moment; a heuristic,
