@@ -5,6 +5,7 @@
 mod common;
 
 mod builder;
+mod environment;
 mod global;
 mod handlers;
 mod idle;
