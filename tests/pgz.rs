@@ -476,10 +476,18 @@ fn sizes_within_half_a_percent_of_pigz() {
     exe.truncate(2 * 1024 * 1024);
     let mut sources = Vec::new();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files: Vec<PathBuf> = fs::read_dir(&src)
-        .expect("read src/")
-        .map(|e| e.expect("entry").path())
-        .collect();
+    let mut files = Vec::new();
+    let mut dirs = vec![src];
+    while let Some(dir) = dirs.pop() {
+        for entry in fs::read_dir(&dir).expect("read a folder of src/") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
     files.sort();
     for file in files {
         sources.extend(fs::read(file).expect("read a source file"));

@@ -4,7 +4,7 @@
 //! other pools, and the rules that move them (the design brief's lending rules 1–6). It decides
 //! *who may start*; it never runs, pushes or wakes anything: an operation that grants a token to
 //! a waiting job returns that job's [`Lender`], and the caller (the registry) makes it runnable.
-//! That keeps this module free of the scheduler, so the loom models in `tests/loom_tokens.rs`
+//! That keeps this module free of the scheduler, so the loom models in `tests/loom/tokens.rs`
 //! drive it directly.
 //!
 //! # State

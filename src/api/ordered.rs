@@ -544,7 +544,7 @@ where
 }
 
 /// The counters through which the consumer hands pulled items to the threads that run them, and
-/// the two handshakes on them (modelled in `tests/loom_ordered.rs`):
+/// the two handshakes on them (modelled in `tests/loom/ordered.rs`):
 ///
 /// * *leaving*: a carrier counts itself out, fences, then looks for an unclaimed item once more
 ///   (and counts itself back in if there is one); the consumer publishes an item, fences, then

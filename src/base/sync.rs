@@ -1,6 +1,6 @@
 //! The synchronisation primitives the crate is built on: std's atomics, parking_lot's blocking
 //! primitives and crossbeam's lock-free queue in normal builds, loom's under `--cfg loom` so that
-//! the models in `tests/loom_*.rs` explore every interleaving of the same code.
+//! the models in `tests/loom/` explore every interleaving of the same code.
 //!
 //! Nothing else in the crate names `std::sync::atomic`, `parking_lot` or `std::thread::park`
 //! directly for state that a loom model checks.

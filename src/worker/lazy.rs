@@ -29,7 +29,7 @@ use crate::base::sync::{AtomicBool, Ordering};
 
 /// The private join halves of one worker, oldest first. Not `Sync`: the owner's alone.
 ///
-/// Generic over the half's handle only so that the loom model (`tests/loom_join.rs`) can run
+/// Generic over the half's handle only so that the loom model (`tests/loom/join.rs`) can run
 /// this very code with plain numbers; the pool uses [`JobRef`]s.
 pub struct PrivateHalves<H = JobRef> {
     /// `halves[i]` is the `b` of the join at nesting depth `i` on this thread's stack.

@@ -2,7 +2,7 @@
 //!
 //! This module owns the per-worker blocking state and the two counters of the protocol. It never
 //! looks at queues or latches itself: the caller passes `has_work` and `done` checks, which keeps
-//! the protocol small enough for the loom model in `tests/loom_sleep.rs`.
+//! the protocol small enough for the loom model in `tests/loom/sleep.rs`.
 //!
 //! # Protocol
 //!
