@@ -9,3 +9,4 @@ mod calls;
 mod deferred_spawns_and_cycles;
 mod in_place_scopes;
 mod trees_and_shapes;
+mod waits_of_every_kind;
