@@ -8,7 +8,7 @@ use crate::common::{assert_peak_bounds, borrowed_pool, pool, settle, spin_us, wa
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The scope comes from `ThreadPool::scope` on pool B; the stream is consumed on a worker of
 /// pool A (the scope's body called `a.install`). B has one token, held by the scope's root job,
@@ -110,13 +110,14 @@ fn streams_in_start_and_exit_handlers() {
                 .unwrap();
             let out: u64 = p.install(|| treepool::scope(|s| s.map_ordered(0..10u64, |k| k).sum()));
             assert_eq!(out, 45);
+            // Every start handler's stream is in flight until it is consumed: the pool is idle
+            // only once all have run (a worker may start after the `install` above returned).
+            common::spin_until(|| sums.lock().unwrap().len() == threads);
             settle([&p]);
             drop(p);
-            // The exit handlers ran on the way out (drop waits for the workers? give them time).
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while sums.lock().unwrap().len() < 2 * threads && Instant::now() < deadline {
-                thread::sleep(Duration::from_millis(5));
-            }
+            // The exit handlers run as the workers leave, after `drop` returns (it does not join
+            // them): wait for them, under the watchdog.
+            common::spin_until(|| sums.lock().unwrap().len() == 2 * threads);
             let mut v = sums.lock().unwrap().clone();
             v.sort();
             assert_eq!(v.len(), 2 * threads, "{v:?}");
