@@ -105,7 +105,7 @@ impl WorkerThread {
         let mut pacing = Pacing::new();
         while !done() {
             let round = match &mut policy {
-                Policy::AnyAdmitted => self.any_job_round(&mut pacing),
+                Policy::AnyAdmitted => self.any_admitted_round(&mut pacing),
                 Policy::OwnItems(own) => self.own_items_round(own),
             };
             match round {
@@ -133,7 +133,7 @@ impl WorkerThread {
     /// One round of [`Policy::AnyAdmitted`]. Inlined into the loop: a call per round costs
     /// the spawn shapes of `benches/callgrind.sh` several percent.
     #[inline(always)]
-    fn any_job_round(&self, pacing: &mut Pacing) -> Round {
+    fn any_admitted_round(&self, pacing: &mut Pacing) -> Round {
         // Private halves of the jobs this thread waits in are work a thief may ask for (a
         // request stays up while there is none, for the next join to serve). A half just
         // promoted is left to the thief for this round: the thread's own pop would win it.
