@@ -8,6 +8,8 @@
 //! * `tsp`: rayon-demo's branch-and-bound TSP solver (`tests/common/tsp.rs`), 11 random cities,
 //!   each job taking the best partial tour from a shared queue (about 130,000 jobs).
 //!
+//! `chain` and `detached` are `benches/common/shapes.rs`'s, shared with `benches/spawn_shapes.rs`.
+//!
 //! Time (criterion): each shape on both pools of `TREEPOOL_BENCH_THREADS` workers (default 2),
 //! treepool at its default cap, through `pool.install`.
 //!
@@ -24,15 +26,14 @@ mod common;
 use std::collections::BinaryHeap;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Instant;
 
+use common::shapes::{self, detached_on, CHAIN, DETACHED};
 use common::J;
 use criterion::{Criterion, SamplingMode};
 
-const CHAIN: usize = 100_000;
 const QUEUE: usize = 200_000;
-const DETACHED: usize = 100_000;
 const TSP_CITIES: usize = 11;
 const TSP_SEQ_THRESHOLD: usize = 4;
 /// Set in the memory runs' child processes: `<pool> <shape> <threads> <cap or default>`.
@@ -43,23 +44,6 @@ for_both_pools! {
     mod tsp {
         use super::pl;
         include!("../tests/common/tsp.rs");
-    }
-
-    fn link<'s>(s: &pl::Scope<'s>, d: usize, leaves: &'s AtomicUsize) {
-        if d == 0 {
-            return;
-        }
-        s.spawn(move |s| link(s, d - 1, leaves));
-        s.spawn(move |_| {
-            leaves.fetch_add(1, Ordering::Relaxed);
-        });
-    }
-
-    /// The spawn-first chain of `n` links; returns the leaves that ran.
-    pub fn chain(n: usize) -> usize {
-        let leaves = AtomicUsize::new(0);
-        pl::scope(|s| link(s, n, &leaves));
-        leaves.into_inner()
     }
 
     fn work<'s>(s: &pl::Scope<'s>, heap: &'s Mutex<BinaryHeap<u64>>, jobs: &'s AtomicUsize, n: usize) {
@@ -81,25 +65,6 @@ for_both_pools! {
         jobs.into_inner().min(n)
     }
 
-    fn next(d: usize, done: Arc<AtomicUsize>) {
-        if d == 0 {
-            done.fetch_add(1, Ordering::Release);
-            return;
-        }
-        let side = done.clone();
-        pl::spawn(move || next(d - 1, done));
-        pl::spawn(move || {
-            side.fetch_add(1, Ordering::Release);
-        });
-    }
-
-    /// Starts the detached chain of `n` levels on the calling worker's pool; `done` reaches
-    /// `n + 1` once every job ran.
-    pub fn detached(n: usize, done: &Arc<AtomicUsize>) {
-        let done = done.clone();
-        pl::spawn(move || next(n, done));
-    }
-
     /// rayon-demo's TSP on `TSP_CITIES` random cities; returns the shortest tour's length.
     pub fn tsp() -> u64 {
         let cities = tsp::Cities::random(TSP_CITIES, 7);
@@ -108,45 +73,32 @@ for_both_pools! {
     }
 }
 
-/// Runs the detached chain through `install` and waits (spinning, off the pool) for its end.
-fn detached_on(install: impl FnOnce(&Arc<AtomicUsize>), n: usize) -> usize {
-    let done = Arc::new(AtomicUsize::new(0));
-    install(&done);
-    // Acquire: pairs with the jobs' release, so their effects are done.
-    while done.load(Ordering::Acquire) < n + 1 {
-        std::thread::yield_now();
-    }
-    n
-}
-
 /// One shape's run on one pool, returning what the run counted.
-type Run<'a> = &'a dyn Fn() -> usize;
+type Run<'a> = &'a dyn Fn() -> u64;
 
 fn bench(c: &mut Criterion) {
     let threads = common::bench_threads();
     let tp = common::treepool_pool(threads, common::bench_cap());
     let ry = common::rayon_pool(threads);
-    let shapes: [(&str, Run, Run); 4] = [
-        (
-            "deep_chain_100k",
-            &|| tp.install(|| tp::chain(CHAIN)),
-            &|| ry.install(|| ry::chain(CHAIN)),
-        ),
+    let chain = shapes::spawn_shape("chain_100k");
+    let detached = shapes::spawn_shape("detached_100k");
+    let runs: [(&str, Run, Run); 4] = [
+        ("deep_chain_100k", &|| (chain.treepool)(&tp), &|| {
+            (chain.rayon)(&ry)
+        }),
         (
             "deep_queue_200k",
-            &|| tp.install(|| tp::queue(QUEUE)),
-            &|| ry.install(|| ry::queue(QUEUE)),
+            &|| tp.install(|| tp::queue(QUEUE)) as u64,
+            &|| ry.install(|| ry::queue(QUEUE)) as u64,
         ),
-        (
-            "deep_detached_100k",
-            &|| detached_on(|d| tp.install(|| tp::detached(DETACHED, d)), DETACHED),
-            &|| detached_on(|d| ry.install(|| ry::detached(DETACHED, d)), DETACHED),
-        ),
-        ("deep_tsp_11", &|| tp.install(tp::tsp) as usize, &|| {
-            ry.install(ry::tsp) as usize
+        ("deep_detached_100k", &|| (detached.treepool)(&tp), &|| {
+            (detached.rayon)(&ry)
+        }),
+        ("deep_tsp_11", &|| tp.install(tp::tsp), &|| {
+            ry.install(ry::tsp)
         }),
     ];
-    for (name, on_tp, on_ry) in shapes {
+    for (name, on_tp, on_ry) in runs {
         assert_eq!(on_tp(), on_ry(), "{name}: the pools disagree");
         let mut g = c.benchmark_group(common::group_name(name, threads));
         g.sampling_mode(SamplingMode::Flat).sample_size(20);
@@ -185,9 +137,9 @@ fn child(spec: &str) {
             p.install(|| ()); // workers started
             let (before, start) = (status_bytes("VmRSS"), Instant::now());
             match shape {
-                "chain" => assert_eq!(p.install(|| tp::chain(size)), size),
+                "chain" => assert_eq!(p.install(|| shapes::tp::chain(size)), size),
                 "queue" => assert_eq!(p.install(|| tp::queue(size)), size),
-                _ => _ = detached_on(|d| p.install(|| tp::detached(size, d)), size),
+                _ => _ = detached_on(|d| p.install(|| shapes::tp::detached(size, d)), size),
             }
             (before, start, Some(p.stats()))
         }
@@ -196,9 +148,9 @@ fn child(spec: &str) {
             p.install(|| ());
             let (before, start) = (status_bytes("VmRSS"), Instant::now());
             match shape {
-                "chain" => assert_eq!(p.install(|| ry::chain(size)), size),
+                "chain" => assert_eq!(p.install(|| shapes::ry::chain(size)), size),
                 "queue" => assert_eq!(p.install(|| ry::queue(size)), size),
-                _ => _ = detached_on(|d| p.install(|| ry::detached(size, d)), size),
+                _ => _ = detached_on(|d| p.install(|| shapes::ry::detached(size, d)), size),
             }
             (before, start, None)
         }

@@ -16,6 +16,8 @@
 //! `TREEPOOL_BENCH_CALLGRIND=<workload>:<runs>` runs one shape on a one-thread treepool pool
 //! instead, for callgrind (see `common::callgrind_request`).
 //!
+//! `flat` and `nested` are `benches/common/shapes.rs`'s, shared with `benches/spawn_shapes.rs`.
+//!
 //! Before the timed groups, one untimed run of each shape per pool counts its allocation calls
 //! (`common::CallCountingAlloc`) and writes them, per spawn, as JSON lines to
 //! `target/treepool-bench/scope_fanout_t<threads>.json`.
@@ -26,6 +28,7 @@ mod common;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use common::shapes::{self, index_sum, INNER, OUTER};
 use common::J;
 use criterion::{Criterion, SamplingMode};
 
@@ -33,41 +36,9 @@ use criterion::{Criterion, SamplingMode};
 static ALLOC: common::CallCountingAlloc = common::CallCountingAlloc;
 
 const FLAT: u64 = 100_000;
-const OUTER: u64 = 1_000;
-const INNER: u64 = 100;
 const THREE: (u64, u64, u64) = (10, 10, 1_000);
 
 for_both_pools! {
-    pub fn flat(n: u64) -> u64 {
-        let total = AtomicU64::new(0);
-        pl::scope(|s| {
-            for i in 0..n {
-                let total = &total;
-                s.spawn(move |_| {
-                    total.fetch_add(black_box(i), Ordering::Relaxed);
-                });
-            }
-        });
-        total.into_inner()
-    }
-
-    pub fn nested(outer: u64, inner: u64) -> u64 {
-        let total = AtomicU64::new(0);
-        pl::scope(|s| {
-            for i in 0..outer {
-                let total = &total;
-                s.spawn(move |s| {
-                    for j in 0..inner {
-                        s.spawn(move |_| {
-                            total.fetch_add(black_box(i * inner + j), Ordering::Relaxed);
-                        });
-                    }
-                });
-            }
-        });
-        total.into_inner()
-    }
-
     pub fn three(a: u64, b: u64, c: u64) -> u64 {
         let total = AtomicU64::new(0);
         pl::scope(|s| {
@@ -100,28 +71,28 @@ struct Shape {
     ry: fn() -> u64,
 }
 
-fn shapes() -> [Shape; 3] {
+fn fanouts() -> [Shape; 3] {
     let n = OUTER * INNER;
     let (x, y, z) = THREE;
     [
         Shape {
             workload: "scope_flat_100k",
             spawns: FLAT,
-            sum: FLAT * (FLAT - 1) / 2,
-            tp: || tp::flat(FLAT),
-            ry: || ry::flat(FLAT),
+            sum: index_sum(FLAT),
+            tp: || shapes::tp::flat(FLAT),
+            ry: || shapes::ry::flat(FLAT),
         },
         Shape {
             workload: "scope_nested_1000x100",
             spawns: OUTER + n,
-            sum: n * (n - 1) / 2,
-            tp: || tp::nested(OUTER, INNER),
-            ry: || ry::nested(OUTER, INNER),
+            sum: index_sum(n),
+            tp: || shapes::tp::nested(OUTER, INNER),
+            ry: || shapes::ry::nested(OUTER, INNER),
         },
         Shape {
             workload: "scope_three_10x10x1000",
             spawns: x + x * y + x * y * z,
-            sum: (x * y * z) * (x * y * z - 1) / 2,
+            sum: index_sum(x * y * z),
             tp: || tp::three(THREE.0, THREE.1, THREE.2),
             ry: || ry::three(THREE.0, THREE.1, THREE.2),
         },
@@ -136,7 +107,7 @@ fn bench(c: &mut Criterion) {
     let ry1 = common::rayon_pool(1);
 
     let mut figures = common::JsonLines::create("scope_fanout", threads);
-    for shape in shapes() {
+    for shape in fanouts() {
         let runs: [(&str, &dyn Fn() -> u64); 2] = [
             ("treepool", &|| tp.install(shape.tp)),
             ("rayon", &|| ry.install(shape.ry)),
@@ -171,7 +142,7 @@ fn bench(c: &mut Criterion) {
 fn main() {
     if let Some((workload, runs)) = common::callgrind_request() {
         let tp1 = common::treepool_pool(1, common::bench_cap());
-        let shape = shapes().into_iter().find(|s| s.workload == workload);
+        let shape = fanouts().into_iter().find(|s| s.workload == workload);
         let shape = shape.unwrap_or_else(|| panic!("no fan-out workload {workload:?}"));
         return common::callgrind_runs(runs, || assert_eq!(tp1.install(shape.tp), shape.sum));
     }

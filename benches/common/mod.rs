@@ -8,6 +8,8 @@
 //! * the `for_both_pools!` macro, which writes a workload once and instantiates it for
 //!   `treepool` (module `tp`) and `rayon` (module `ry`); chili's `join` takes a `&mut Scope`,
 //!   so its workloads are written on their own (module `ch` in the binaries that measure it),
+//! * `shapes`: spawn shapes written once for both pools (issue 27's, the deep chains and the
+//!   fan-outs), used by several binaries and by `examples/callgrind_shapes.rs`,
 //! * `timed`, the loop timed inside one `install` (or one chili scope) per criterion sample,
 //! * a counting `GlobalAlloc` wrapper around `System` (installed only by the binaries that
 //!   report heap figures), one that counts allocation calls only while asked to (the fan-out
@@ -27,23 +29,27 @@ use criterion::Criterion;
 
 /// Writes the items once and expands them in two modules: `tp` (with `pl` = `treepool`) and
 /// `ry` (with `pl` = `rayon`). Inside, use `pl::join`, `pl::scope`, `s.spawn(|_| ..)`: the two
-/// crates share these signatures, so one body serves both pools.
+/// crates share these signatures, so one body serves both pools. The modules are `pub` so that
+/// a module below the crate root (`shapes`) can share its items.
 macro_rules! for_both_pools {
     ($($body:tt)*) => {
         #[allow(unused_imports)]
-        mod tp {
+        pub mod tp {
             use super::*;
             use treepool as pl;
             $($body)*
         }
         #[allow(unused_imports)]
-        mod ry {
+        pub mod ry {
             use super::*;
             use rayon as pl;
             $($body)*
         }
     };
 }
+
+// After the macro, which it uses.
+pub mod shapes;
 
 // ---------------------------------------------------------------------------------------------
 // Environment knobs
@@ -159,13 +165,19 @@ pub fn callgrind_runs(runs: usize, run: impl Fn()) {
 
 /// The criterion driver: CLI flags win; `TREEPOOL_BENCH_QUICK` shortens the defaults.
 pub fn criterion() -> Criterion {
-    let c = Criterion::default();
+    criterion_from(Criterion::default())
+}
+
+/// [`criterion`] with `base`'s settings as the defaults (`TREEPOOL_BENCH_QUICK` and the CLI
+/// flags still win): a binary's own times and sample size, where group settings would
+/// override both.
+pub fn criterion_from(base: Criterion) -> Criterion {
     let c = if quick() {
-        c.warm_up_time(Duration::from_millis(50))
+        base.warm_up_time(Duration::from_millis(50))
             .measurement_time(Duration::from_millis(200))
             .sample_size(10)
     } else {
-        c
+        base
     };
     c.configure_from_args()
 }
