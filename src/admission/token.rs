@@ -36,6 +36,7 @@
 //! | child registers with its parent and the pool queue, then re-checks | [`TokenTable::register`] | no lost wake-up: either the re-check sees the freed token or the releaser's re-check sees the registration (both sides fence) |
 //! | a loan returns to a running parent with a waiting child | `return_loan`, from [`TokenTable::finish`] | the loan passes straight on, the chain keeps its length (B1, B2; rule 3) |
 //! | a job finishes while lending | [`TokenTable::finish`] | the token stays *parked* on the chain until the loan returns (rule 4); it is released exactly once, by whichever of `finish` and the loan's return comes second |
+//! | the loan's holder starts after its lender finished | [`Lender::take_over_parked`] | the holder holds the parked token on what its lender held it on (rule 4 done early: the token goes back where it would have); the chain loses a finished link, never a token |
 //! | a pool token is released | [`TokenTable::release_pool`] | handed straight to the first live waiter, or counted free and the queue re-checked (no lost wake-up) |
 //! | a credit token is released | `give_back` | the credit ends with the chain; no waiter is granted (it was never the pool's) |
 //!
@@ -50,8 +51,9 @@
 //!   runs in it;
 //! * while the child holds the parent's loan, the parent cannot be freed: if it finishes while
 //!   lending, [`TokenTable::finish`] leaves its reference with the loan (parked) and touches the
-//!   lender no more, and whoever sees the loan come back to a finished parent takes that
-//!   reference over and drops it once the token has moved on (`give_back`);
+//!   lender no more, and the loan's holder takes that reference over and drops it: when it
+//!   starts, if the parent has finished by then ([`Lender::take_over_parked`]), else when it
+//!   sees the loan come back to a finished parent, once the token has moved on (`give_back`);
 //! * once the loan is back the child does not touch the parent again.
 //!
 //! Jobs of different pools are never linked: a call from a job of another pool starts a root
@@ -64,7 +66,9 @@ use crossbeam_utils::CachePadded;
 
 use crate::base::chaos;
 use crate::base::job_ref::JobRef;
-use crate::base::sync::{fence, AtomicU64, AtomicU8, AtomicUsize, Ordering, WaiterQueue};
+use crate::base::sync::{
+    fence, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering, WaiterQueue,
+};
 use crate::base::wake::WakeTarget;
 use std::ptr::NonNull;
 
@@ -124,8 +128,12 @@ pub struct Lender {
     /// `PENDING`, `LOAN`, `POOL` or `CREDIT`; leaves `PENDING` by one compare-and-swap.
     admission: AtomicU8,
     /// The job that spawned this one, the lender of its loan; null for a root. Not counted: see
-    /// "Lifetimes" in the module doc for why it is alive whenever it is used.
-    parent: *const Lender,
+    /// "Lifetimes" in the module doc for why it is alive whenever it is used. Once the job runs,
+    /// it is the lender of the loan it holds, which moves up when it takes over a finished
+    /// lender's parked token ([`Lender::take_over_parked`]). Atomic only so that the loom models
+    /// check who writes it: written before the lender is shared, and then only by the thread
+    /// running the job, which alone reads it from then on (see `take_over_parked`).
+    parent: AtomicPtr<Lender>,
     /// Root = 1, child = parent + 1 (32 bits: no stack nests that deep, and it packs with
     /// `admission`).
     level: u32,
@@ -158,7 +166,9 @@ impl Lender {
             lending: AtomicUsize::new(0),
             admission: AtomicU8::new(PENDING),
             level: parent.map_or(1, |p| p.level + 1),
-            parent: parent.map_or(ptr::null(), |p| p as *const Lender),
+            parent: AtomicPtr::new(
+                parent.map_or(ptr::null_mut(), |p| p as *const Lender as *mut Lender),
+            ),
             refs: AtomicUsize::new(1),
             free: free_boxed,
             ticket: UnsafeCell::new(None),
@@ -190,14 +200,62 @@ impl Lender {
     #[inline]
     pub fn is_pool_child_of(&self, parent: *const Lender) -> bool {
         // Relaxed: the calling thread runs this job (its admission happened before the run).
-        self.parent == parent && self.admission.load(Ordering::Relaxed) == POOL
+        self.parent_ptr() == parent && self.admission.load(Ordering::Relaxed) == POOL
+    }
+
+    /// The address of the job's parent (the lender of the loan it holds, once running); null
+    /// for a root.
+    #[inline]
+    fn parent_ptr(&self) -> *const Lender {
+        // Relaxed: written before the lender is shared, then only by the thread that runs the
+        // job, which is the only one that reads it from then on (see `take_over_parked`).
+        self.parent.load(Ordering::Relaxed)
     }
 
     /// The job's parent, if it has one.
     #[inline]
     fn parent(&self) -> Option<&Lender> {
         // SAFETY: the parent is alive whenever a child uses it (module doc, "Lifetimes").
-        unsafe { self.parent.as_ref() }
+        unsafe { self.parent_ptr().as_ref() }
+    }
+
+    /// Rule 4, early: takes over the parked token of the lender of this job's loan if that
+    /// lender has finished, and again up the chain, so that the job holds the token directly on
+    /// what the lender held it on (a pool token, a credit, or the loan of the lender's own
+    /// lender) and the finished lenders are released now instead of when the loan returns.
+    /// Call on the thread about to run this job (admitted, not yet started).
+    ///
+    /// Why this is the lender's own parked token and nobody else's: a finished lender with its
+    /// loan out has parked its reference with the loan (see [`TokenTable::finish`]), and this job
+    /// holds that loan: it has not returned it, since it has not run. No other job can be
+    /// waiting for the lender's token (a job's spawns are admitted and settled before its body
+    /// returns), and a lender's loan reaches no one but its holder. So the holder is the only
+    /// thread that will ever touch the finished lender again, exactly as when it returns the loan
+    /// and finds the lender finished (`give_back`); taking over at the start is the same step
+    /// done sooner, and moves nothing between threads. A spawn-first chain (each link spawns the
+    /// next link, then returns) then keeps one finished link alive, not one per level.
+    #[inline]
+    pub fn take_over_parked(&self) {
+        // Relaxed: this job's own admission, made before it was pushed for this thread to run.
+        while self.admission.load(Ordering::Relaxed) == LOAN {
+            // SAFETY: the job holds its lender's loan, so the lender is alive ("Lifetimes").
+            let lender = unsafe { &*self.parent_ptr() };
+            // Acquire: pairs with the lender's `FINISHED` (AcqRel in `finish`): its admission and
+            // parent, written before it finished, are seen below.
+            if lender.lending.load(Ordering::Acquire) & FINISHED == 0 {
+                return;
+            }
+            chaos::point();
+            // Relaxed: the lender's fields, ordered by the acquire above; this job's own fields,
+            // read only by this thread from now on (`parent_ptr`).
+            self.parent
+                .store(lender.parent.load(Ordering::Relaxed), Ordering::Relaxed);
+            self.admission
+                .store(lender.admission.load(Ordering::Relaxed), Ordering::Relaxed);
+            // SAFETY: the lender parked its runner's reference with the loan this job holds
+            // (`finish`), and this job is the loan's only holder: the reference is ours.
+            drop(unsafe { LenderRef::from_raw(lender) });
+        }
     }
 
     /// Stores what a granter must make runnable. Boxed: only a spawn that registers as a waiter
@@ -465,6 +523,9 @@ impl Drop for LenderRef {
     }
 }
 
+/// Checks, in debug builds, that no borrower is left registered (a release build would still
+/// load the lending word for nothing at every job's free).
+#[cfg(debug_assertions)]
 impl Drop for Lender {
     fn drop(&mut self) {
         // Relaxed: `&mut self` means no other thread holds the lender.
@@ -828,7 +889,7 @@ impl TokenTable {
                 }
                 _ => {}
             }
-            let parent = job.parent;
+            let parent = job.parent_ptr();
             // SAFETY: the parent is alive: it lent this job its token and the loan is still out.
             match return_loan(unsafe { &*parent }) {
                 LoanReturn::Passed(child) => return Some(child),
@@ -851,7 +912,7 @@ impl TokenTable {
         let how = job.admission.load(Ordering::Relaxed);
         match how {
             POOL if !self.waiters.is_empty() => false,
-            POOL | LOAN => spare.keep(how, job.parent, counted),
+            POOL | LOAN => spare.keep(how, job.parent_ptr(), counted),
             _ => false,
         }
     }
@@ -862,7 +923,7 @@ impl TokenTable {
     pub fn admit_spare(&self, child: &Lender, spare: &Spare) -> Option<(Admission, bool)> {
         let how = spare.held.replace(PENDING);
         let admission = decode(how)?;
-        debug_assert_eq!(child.parent, spare.for_job.get());
+        debug_assert_eq!(child.parent_ptr(), spare.for_job.get());
         child.admit_unshared(how);
         Some((admission, spare.counted.get()))
     }

@@ -650,6 +650,45 @@ fn parked_token_climbs_two_levels() {
     });
 }
 
+/// Model 4e: a loan holder takes over finished lenders' parked tokens when it starts
+/// (`Lender::take_over_parked`, rule 4 done early). G took the only token and lent it to P, which
+/// lent it to C; G and P finish on threads of their own while C's thread takes over whatever has
+/// finished above it, runs C and finishes it. The token goes back to the pool exactly once, each
+/// finished lender is freed exactly once (by C's thread at its start, or by whoever passes the
+/// token on later), and C's take-over never reads a lender that was freed (run it under ASan).
+#[test]
+fn loan_holder_takes_over_parked_tokens_at_its_start() {
+    model(Some(3), || {
+        let mut world = World::new(1);
+        let g = world.job(None);
+        let p = world.job(Some(g));
+        let c = world.job(Some(p));
+        let world = Arc::new(world);
+        let hg = world.make(g, None);
+        world.start(&hg, Admission::Pool);
+        let hp = world.make(p, Some(&hg.lender));
+        world.start(&hp, Admission::Loan);
+        let hc = world.make(c, Some(&hp.lender));
+        world.start(&hc, Admission::Loan);
+
+        let mut threads =
+            run_each_on_a_thread(&world, vec![(hg, Admission::Pool), (hp, Admission::Loan)]);
+        threads.push(thread::spawn({
+            let world = world.clone();
+            move || {
+                hc.lender.take_over_parked();
+                let how = hc.lender.admission().expect("admitted");
+                world.run_and_finish(hc, how);
+            }
+        }));
+        for t in threads {
+            t.join().unwrap();
+        }
+
+        world.check_conserved(&[g, p, c]);
+    });
+}
+
 /// Model 5: one waiter granted by its parent's loan and by a pool token at once. Two tokens: P
 /// holds one and lent it to C1, root R holds the other; C2 (P's child) waits for either. Thread A
 /// finishes C1 (the loan returns), thread B finishes R (a pool token is released), and the main
