@@ -12,7 +12,6 @@
 //! The binary counts live heap bytes with a global allocator; its one test runs the shapes one
 //! after the other, so no other test allocates meanwhile.
 
-#[allow(dead_code)]
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
