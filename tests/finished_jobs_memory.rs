@@ -1,13 +1,13 @@
-//! A finished job whose token is out on loan is released when the loan's holder starts, not when
-//! the loan comes back: a spawn-first chain (each link spawns the next link, then a leaf, then
-//! returns) and a detached chain keep a constant amount of memory, however long they are.
+//! A finished job whose token is out on loan is released before the loan comes back: a
+//! spawn-first chain (each link spawns the next link, then a leaf, then returns) and a detached
+//! chain keep a constant amount of memory, however long they are.
 //!
-//! Rule 4 parks a finished job's token with its loan. Before the loan holder took such tokens
-//! over at its start (`Lender::take_over_parked`, issue "Spawn at rayon's cost in every shape"),
-//! every finished link stayed allocated until the last link returned the loan down the whole
-//! chain: about 100 bytes a link (docs/benchmarks.md §8), 10 MB for 100,000 links, and a chain
-//! of returns at the end. On one thread with the default cap each link starts after its parent
-//! has finished, so the chain now holds one finished link at a time.
+//! Rule 4 parks a finished job's token with its loan. Before a job finishing while lending took
+//! over the tokens its finished lenders parked with its loan (`Lender::take_over_parked`, issue
+//! "Spawn at rayon's cost in every shape"), every finished link stayed allocated until the last
+//! link returned the loan down the whole chain: 80 bytes a link here, 8 MB for 100,000 links,
+//! and a chain of returns at the end. Now each link, as it finishes, frees the one above it, so
+//! the chain holds two finished links at a time.
 //!
 //! The binary counts live heap bytes with a global allocator; its one test runs the shapes one
 //! after the other, so no other test allocates meanwhile.

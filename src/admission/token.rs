@@ -36,7 +36,7 @@
 //! | child registers with its parent and the pool queue, then re-checks | [`TokenTable::register`] | no lost wake-up: either the re-check sees the freed token or the releaser's re-check sees the registration (both sides fence) |
 //! | a loan returns to a running parent with a waiting child | `return_loan`, from [`TokenTable::finish`] | the loan passes straight on, the chain keeps its length (B1, B2; rule 3) |
 //! | a job finishes while lending | [`TokenTable::finish`] | the token stays *parked* on the chain until the loan returns (rule 4); it is released exactly once, by whichever of `finish` and the loan's return comes second |
-//! | the loan's holder starts after its lender finished | [`Lender::take_over_parked`] | the holder holds the parked token on what its lender held it on (rule 4 done early: the token goes back where it would have); the chain loses a finished link, never a token |
+//! | a job finishes while lending, its own lender finished before it | `Lender::take_over_parked`, from [`TokenTable::finish`] | before parking, the job takes over the token its lender parked with the loan it holds, on what the lender held it on (rule 4 done early: the token goes back where it would have); the chain loses a finished link, never a token |
 //! | a pool token is released | [`TokenTable::release_pool`] | handed straight to the first live waiter, or counted free and the queue re-checked (no lost wake-up) |
 //! | a credit token is released | `give_back` | the credit ends with the chain; no waiter is granted (it was never the pool's) |
 //!
@@ -52,8 +52,8 @@
 //! * while the child holds the parent's loan, the parent cannot be freed: if it finishes while
 //!   lending, [`TokenTable::finish`] leaves its reference with the loan (parked) and touches the
 //!   lender no more, and the loan's holder takes that reference over and drops it: when it
-//!   starts, if the parent has finished by then ([`Lender::take_over_parked`]), else when it
-//!   sees the loan come back to a finished parent, once the token has moved on (`give_back`);
+//!   finishes while lending in turn (`Lender::take_over_parked`), or when it sees the loan come
+//!   back to a finished parent, once the token has moved on (`give_back`);
 //! * once the loan is back the child does not touch the parent again.
 //!
 //! Jobs of different pools are never linked: a call from a job of another pool starts a root
@@ -129,10 +129,10 @@ pub struct Lender {
     admission: AtomicU8,
     /// The job that spawned this one, the lender of its loan; null for a root. Not counted: see
     /// "Lifetimes" in the module doc for why it is alive whenever it is used. Once the job runs,
-    /// it is the lender of the loan it holds, which moves up when it takes over a finished
-    /// lender's parked token ([`Lender::take_over_parked`]). Atomic only so that the loom models
+    /// it is the lender of the loan it holds, which moves up when the job takes over a finished
+    /// lender's parked token (`Lender::take_over_parked`). Atomic only so that the loom models
     /// check who writes it: written before the lender is shared, and then only by the thread
-    /// running the job, which alone reads it from then on (see `take_over_parked`).
+    /// finishing the job, which alone reads it from then on (see `take_over_parked`).
     parent: AtomicPtr<Lender>,
     /// Root = 1, child = parent + 1 (32 bits: no stack nests that deep, and it packs with
     /// `admission`).
@@ -207,8 +207,8 @@ impl Lender {
     /// for a root.
     #[inline]
     fn parent_ptr(&self) -> *const Lender {
-        // Relaxed: written before the lender is shared, then only by the thread that runs the
-        // job, which is the only one that reads it from then on (see `take_over_parked`).
+        // Relaxed: written before the lender is shared, then only by the thread that finishes
+        // the job, which is the only one that reads it from then on (see `take_over_parked`).
         self.parent.load(Ordering::Relaxed)
     }
 
@@ -223,31 +223,54 @@ impl Lender {
     /// lender has finished, and again up the chain, so that the job holds the token directly on
     /// what the lender held it on (a pool token, a credit, or the loan of the lender's own
     /// lender) and the finished lenders are released now instead of when the loan returns.
-    /// Call on the thread about to run this job (admitted, not yet started).
+    /// Called by [`TokenTable::finish`] for a job that is about to park its own token (it
+    /// finishes while lending), before the `fetch_or` that makes it visible as finished.
     ///
     /// Why this is the lender's own parked token and nobody else's: a finished lender with its
     /// loan out has parked its reference with the loan (see [`TokenTable::finish`]), and this job
-    /// holds that loan: it has not returned it, since it has not run. No other job can be
+    /// holds that loan: it has not returned it (it is still finishing). No other job can be
     /// waiting for the lender's token (a job's spawns are admitted and settled before its body
     /// returns), and a lender's loan reaches no one but its holder. So the holder is the only
     /// thread that will ever touch the finished lender again, exactly as when it returns the loan
-    /// and finds the lender finished (`give_back`); taking over at the start is the same step
+    /// and finds the lender finished (`give_back`); taking over before parking is the same step
     /// done sooner, and moves nothing between threads. A spawn-first chain (each link spawns the
-    /// next link, then returns) then keeps one finished link alive, not one per level.
+    /// next link, then returns) then keeps two finished links alive, not one per level.
+    ///
+    /// Done at the finish rather than at the job's start, though a start would free the lender
+    /// sooner: code in a job's start is in the frame of every job a deep tree nests (a chain on
+    /// one token took 2–6% more stack per level), where `finish` is a call of its own.
     #[inline]
-    pub fn take_over_parked(&self) {
-        // Relaxed: this job's own admission, made before it was pushed for this thread to run.
-        while self.admission.load(Ordering::Relaxed) == LOAN {
-            // SAFETY: the job holds its lender's loan, so the lender is alive ("Lifetimes").
+    fn take_over_parked(&self) {
+        if self.lender_finished() {
+            self.take_over_finished_lenders();
+        }
+    }
+
+    /// Whether this job holds a loan whose lender has finished (its token is parked).
+    #[inline]
+    fn lender_finished(&self) -> bool {
+        // Relaxed: this job's own admission, made before it was pushed for this thread to run,
+        // or rewritten by this thread (`take_over_finished_lenders`).
+        if self.admission.load(Ordering::Relaxed) != LOAN {
+            return false;
+        }
+        // SAFETY: the job holds its lender's loan, so the lender is alive ("Lifetimes").
+        let lender = unsafe { &*self.parent_ptr() };
+        // Acquire: pairs with the lender's `FINISHED` (AcqRel in `finish`): its admission and
+        // parent, written before it finished, are seen by the take-over.
+        lender.lending.load(Ordering::Acquire) & FINISHED != 0
+    }
+
+    /// The loop of [`Lender::take_over_parked`], out of line: it runs only where a lender
+    /// finished before its loan's holder, which is rare outside chains.
+    #[inline(never)]
+    fn take_over_finished_lenders(&self) {
+        while self.lender_finished() {
+            // SAFETY: as in `lender_finished`.
             let lender = unsafe { &*self.parent_ptr() };
-            // Acquire: pairs with the lender's `FINISHED` (AcqRel in `finish`): its admission and
-            // parent, written before it finished, are seen below.
-            if lender.lending.load(Ordering::Acquire) & FINISHED == 0 {
-                return;
-            }
             chaos::point();
-            // Relaxed: the lender's fields, ordered by the acquire above; this job's own fields,
-            // read only by this thread from now on (`parent_ptr`).
+            // Relaxed: the lender's fields, ordered by the acquire in `lender_finished`; this
+            // job's own fields, read only by this thread from now on (`parent_ptr`).
             self.parent
                 .store(lender.parent.load(Ordering::Relaxed), Ordering::Relaxed);
             self.admission
@@ -844,7 +867,11 @@ impl TokenTable {
         }
         // Out of the count before the loan's returner can release the token.
         count_out();
-        // AcqRel: pairs with the loan's return (exactly one of the two releases the token).
+        // About to park its token with the loan: first take over the tokens its own finished
+        // lenders parked with the loan it holds, so that a chain keeps no more than this job.
+        job.take_over_parked();
+        // AcqRel: pairs with the loan's return (exactly one of the two releases the token), and
+        // publishes the take-over to whoever takes this job's token over in turn.
         let was = job.lending.fetch_or(FINISHED, Ordering::AcqRel);
         debug_assert_eq!(
             was & !FLAGS,

@@ -127,7 +127,6 @@ impl WorkerThread {
     /// the job was spawned (not a join's half or a call's root), so thief pacing may judge it.
     #[inline]
     pub fn run_admitted(&self, lender: LenderRef, spawned: bool, body: impl FnOnce()) {
-        lender.take_over_parked();
         self.start_job(|| self.with_current(LenderRef::as_ptr(&lender), body));
         // Jobs run inside this one finished before it: what is left here is the outermost
         // job's (`run_stolen` reads it).

@@ -162,7 +162,7 @@ struct World {
     /// admitted another: `count_out` came after the release (a loom operation, so a point where
     /// loom runs the grantee). std's atomics: loom runs one thread at a time, so they hold the
     /// counts of the explored schedule without adding states to explore.
-    inflight: [std::sync::atomic::AtomicUsize; 4],
+    inflight: [std::sync::atomic::AtomicUsize; 5],
     /// If set, bumped by every `count_out` and read by every admission check, right next to the
     /// std counters of `inflight`: a loom write and a loom read, so that loom sees a count-out
     /// and an admission as dependent and explores both orders (the real counter is one shared
@@ -650,19 +650,22 @@ fn parked_token_climbs_two_levels() {
     });
 }
 
-/// Model 4e: a loan holder takes over finished lenders' parked tokens when it starts
-/// (`Lender::take_over_parked`, rule 4 done early). G took the only token and lent it to P, which
-/// lent it to C; G and P finish on threads of their own while C's thread takes over whatever has
-/// finished above it, runs C and finishes it. The token goes back to the pool exactly once, each
-/// finished lender is freed exactly once (by C's thread at its start, or by whoever passes the
-/// token on later), and C's take-over never reads a lender that was freed (run it under ASan).
+/// Model 4e: a job that finishes while lending first takes over the tokens its finished lenders
+/// parked with the loan it holds (`Lender::take_over_parked`, rule 4 done early), then parks its
+/// own. G took the only token and lent it to P, which lent it to C, which lent it to D; G has
+/// finished (parked). P, C and D finish on threads of their own: P and C each take over whatever
+/// has finished above them (P may take G's, C may take P's and G's), D returns its loan to C.
+/// The token goes back to the pool exactly once, each finished lender is freed exactly once (by
+/// the thread that took it over, or by whoever passes the token on later), and no take-over reads
+/// a lender that was freed (run it under ASan).
 #[test]
-fn loan_holder_takes_over_parked_tokens_at_its_start() {
+fn finishing_lender_takes_over_parked_tokens() {
     model(Some(3), || {
         let mut world = World::new(1);
         let g = world.job(None);
         let p = world.job(Some(g));
         let c = world.job(Some(p));
+        let d = world.job(Some(c));
         let world = Arc::new(world);
         let hg = world.make(g, None);
         world.start(&hg, Admission::Pool);
@@ -670,22 +673,23 @@ fn loan_holder_takes_over_parked_tokens_at_its_start() {
         world.start(&hp, Admission::Loan);
         let hc = world.make(c, Some(&hp.lender));
         world.start(&hc, Admission::Loan);
+        let hd = world.make(d, Some(&hc.lender));
+        world.start(&hd, Admission::Loan);
+        world.run_and_finish(hg, Admission::Pool);
 
-        let mut threads =
-            run_each_on_a_thread(&world, vec![(hg, Admission::Pool), (hp, Admission::Loan)]);
-        threads.push(thread::spawn({
-            let world = world.clone();
-            move || {
-                hc.lender.take_over_parked();
-                let how = hc.lender.admission().expect("admitted");
-                world.run_and_finish(hc, how);
-            }
-        }));
+        let threads = run_each_on_a_thread(
+            &world,
+            vec![
+                (hp, Admission::Loan),
+                (hc, Admission::Loan),
+                (hd, Admission::Loan),
+            ],
+        );
         for t in threads {
             t.join().unwrap();
         }
 
-        world.check_conserved(&[g, p, c]);
+        world.check_conserved(&[g, p, c, d]);
     });
 }
 
