@@ -8,4 +8,5 @@ mod common;
 
 mod bounds;
 mod panic_safety;
+mod parked_loans;
 mod spawn_path;
