@@ -128,11 +128,13 @@ pub struct Lender {
     /// `PENDING`, `LOAN`, `POOL` or `CREDIT`; leaves `PENDING` by one compare-and-swap.
     admission: AtomicU8,
     /// The job that spawned this one, the lender of its loan; null for a root. Not counted: see
-    /// "Lifetimes" in the module doc for why it is alive whenever it is used. Once the job runs,
-    /// it is the lender of the loan it holds, which moves up when the job takes over a finished
-    /// lender's parked token (`Lender::take_over_parked`). Atomic only so that the loom models
-    /// check who writes it: written before the lender is shared, and then only by the thread
-    /// finishing the job, which alone reads it from then on (see `take_over_parked`).
+    /// "Lifetimes" in the module doc for why it is alive whenever it is used. When the job takes
+    /// over a finished lender's parked token (`Lender::take_over_parked`), it becomes what that
+    /// lender's parent was: the lender of the loan the job now holds, or, where the token is a
+    /// pool token or a credit, the job that spawned the finished lender (or null), which lent
+    /// the job nothing. Atomic only so that the loom models check who writes it: written before
+    /// the lender is shared, and then only by the thread finishing the job, which alone reads it
+    /// from then on (see `take_over_parked`).
     parent: AtomicPtr<Lender>,
     /// Root = 1, child = parent + 1 (32 bits: no stack nests that deep, and it packs with
     /// `admission`).
@@ -148,10 +150,10 @@ pub struct Lender {
     ticket: UnsafeCell<Option<Box<Ticket>>>,
 }
 
-// SAFETY: every field but `ticket`, `parent` and `free` is Sync (`free` is a plain function). `ticket` is written only by the
-// spawning thread before the lender is shared as a waiter, and read only by the single thread
-// that wins the `admission` compare-and-swap; the queue push / CAS that publish the lender
-// order the two. `parent` is immutable and points to a `Lender`, which is Sync.
+// SAFETY: every field but `ticket` and `free` is Sync (`free` is a plain function; `parent` is an
+// atomic pointer to a `Lender`, which is Sync). `ticket` is written only by the spawning thread
+// before the lender is shared as a waiter, and read only by the single thread that wins the
+// `admission` compare-and-swap; the queue push / CAS that publish the lender order the two.
 unsafe impl Sync for Lender {}
 // SAFETY: as above; the ticket's contents are Send.
 unsafe impl Send for Lender {}
@@ -196,15 +198,15 @@ impl Lender {
         decode(self.admission.load(Ordering::Acquire))
     }
 
-    /// Whether this job is a child of `parent` that took a pool token (not its parent's loan).
+    /// Whether this job is a child of `parent` that took a pool token (not its parent's loan),
+    /// or took over the pool token of such a child that finished while lending to it.
     #[inline]
     pub fn is_pool_child_of(&self, parent: *const Lender) -> bool {
         // Relaxed: the calling thread runs this job (its admission happened before the run).
         self.parent_ptr() == parent && self.admission.load(Ordering::Relaxed) == POOL
     }
 
-    /// The address of the job's parent (the lender of the loan it holds, once running); null
-    /// for a root.
+    /// The address of the job's parent (see [`Lender::parent`]'s field doc); null for a root.
     #[inline]
     fn parent_ptr(&self) -> *const Lender {
         // Relaxed: written before the lender is shared, then only by the thread that finishes
@@ -250,7 +252,9 @@ impl Lender {
     #[inline]
     fn lender_finished(&self) -> bool {
         // Relaxed: this job's own admission, made before it was pushed for this thread to run,
-        // or rewritten by this thread (`take_over_finished_lenders`).
+        // or rewritten by this thread (`take_over_finished_lenders`). (Other threads may read it
+        // through a stale pool-queue entry: a granter's CAS from `PENDING`, which fails, and
+        // `purge_stale`; neither value they can see is `PENDING`.)
         if self.admission.load(Ordering::Relaxed) != LOAN {
             return false;
         }
@@ -879,9 +883,10 @@ impl TokenTable {
             "a job finished with a child waiting for its loan"
         );
         if was & LENT != 0 {
-            // Parked: from here on the loan's returner may free the lender at any moment, so it
-            // is not touched again; whoever sees the loan come back to a finished lender takes
-            // this reference over (`give_back`).
+            // Parked: from here on the loan's holder may free the lender at any moment, so it
+            // is not touched again; the holder takes this reference over when it finishes
+            // lending in turn (`take_over_parked`), or whoever sees the loan come back to a
+            // finished lender does (`give_back`).
             let _ = LenderRef::into_raw(job);
             return None;
         }
