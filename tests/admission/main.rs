@@ -7,6 +7,7 @@
 mod common;
 
 mod bounds;
+mod finished_lenders;
 mod panic_safety;
 mod parked_loans;
 mod spawn_path;

@@ -660,12 +660,65 @@ fn parked_token_climbs_two_levels() {
 /// a lender that was freed (run it under ASan).
 #[test]
 fn finishing_lender_takes_over_parked_tokens() {
+    model(Some(3), || finishing_chain_takes_over(Admission::Pool));
+}
+
+/// Model 4f: as model 4e, G a root on credit (a call from another pool): a take-over that
+/// climbs to G copies the credit, which goes back to the credit half once, never to the pool's
+/// free count.
+#[test]
+fn finishing_lender_takes_over_a_parked_credit() {
+    model(Some(3), || finishing_chain_takes_over(Admission::Credit));
+}
+
+/// Models 4e and 4f: G admitted as `root`, the chain below it on loans.
+fn finishing_chain_takes_over(root: Admission) {
+    let mut world = World::new(1);
+    let g = world.job(None);
+    let p = world.job(Some(g));
+    let c = world.job(Some(p));
+    let d = world.job(Some(c));
+    let world = Arc::new(world);
+    let hg = world.make(g, None);
+    world.start(&hg, root);
+    let hp = world.make(p, Some(&hg.lender));
+    world.start(&hp, Admission::Loan);
+    let hc = world.make(c, Some(&hp.lender));
+    world.start(&hc, Admission::Loan);
+    let hd = world.make(d, Some(&hc.lender));
+    world.start(&hd, Admission::Loan);
+    world.run_and_finish(hg, root);
+
+    let threads = run_each_on_a_thread(
+        &world,
+        vec![
+            (hp, Admission::Loan),
+            (hc, Admission::Loan),
+            (hd, Admission::Loan),
+        ],
+    );
+    for t in threads {
+        t.join().unwrap();
+    }
+
+    world.check_conserved(&[g, p, c, d]);
+}
+
+/// Model 4g: a loan taken over from a finished lender still passes straight to the waiting
+/// child of the running lender above it (rule 3). G holds the only token and runs; it lent it to
+/// P, which lent it to C, which lent it to D; P has finished (parked). G spawns X, which waits
+/// for G's loan (no pool token is free), while C finishes (taking P's parked token over: C then
+/// holds G's loan) and D finishes. Whichever returns G's loan must grant it to X, exactly once,
+/// and the token goes back to the pool once G and X are done.
+#[test]
+fn taken_over_loan_passes_to_the_lenders_waiting_child() {
     model(Some(3), || {
         let mut world = World::new(1);
         let g = world.job(None);
         let p = world.job(Some(g));
         let c = world.job(Some(p));
         let d = world.job(Some(c));
+        let x = world.job(Some(g));
         let world = Arc::new(world);
         let hg = world.make(g, None);
         world.start(&hg, Admission::Pool);
@@ -675,21 +728,19 @@ fn finishing_lender_takes_over_parked_tokens() {
         world.start(&hc, Admission::Loan);
         let hd = world.make(d, Some(&hc.lender));
         world.start(&hd, Admission::Loan);
-        world.run_and_finish(hg, Admission::Pool);
+        world.run_and_finish(hp, Admission::Loan);
 
-        let threads = run_each_on_a_thread(
-            &world,
-            vec![
-                (hp, Admission::Loan),
-                (hc, Admission::Loan),
-                (hd, Admission::Loan),
-            ],
-        );
+        let threads =
+            run_each_on_a_thread(&world, vec![(hc, Admission::Loan), (hd, Admission::Loan)]);
+        let hx = world.make(x, Some(&hg.lender));
+        assert_eq!(world.admit(&hx), Admission::Loan, "X takes G's loan");
+        world.run_and_finish(hx, Admission::Loan);
+        world.run_and_finish(hg, Admission::Pool);
         for t in threads {
             t.join().unwrap();
         }
 
-        world.check_conserved(&[g, p, c, d]);
+        world.check_conserved(&[g, p, c, d, x]);
     });
 }
 
