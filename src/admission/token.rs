@@ -132,9 +132,11 @@ pub struct Lender {
     /// over a finished lender's parked token (`Lender::take_over_parked`), it becomes what that
     /// lender's parent was: the lender of the loan the job now holds, or, where the token is a
     /// pool token or a credit, the job that spawned the finished lender (or null), which lent
-    /// the job nothing. Atomic only so that the loom models check who writes it: written before
-    /// the lender is shared, and then only by the thread finishing the job, which alone reads it
-    /// from then on (see `take_over_parked`).
+    /// the job nothing. Written before the lender is shared, and then only by the thread
+    /// finishing the job, before the release that marks it finished; read by that thread, by its
+    /// spawner before its parent finished, and, once it is finished, by whoever takes its token
+    /// over or passes it on, after the acquire that sees `FINISHED`. So relaxed accesses suffice;
+    /// atomic only so that the loom models check who writes it.
     parent: AtomicPtr<Lender>,
     /// Root = 1, child = parent + 1 (32 bits: no stack nests that deep, and it packs with
     /// `admission`).
@@ -209,8 +211,8 @@ impl Lender {
     /// The address of the job's parent (see [`Lender::parent`]'s field doc); null for a root.
     #[inline]
     fn parent_ptr(&self) -> *const Lender {
-        // Relaxed: written before the lender is shared, then only by the thread that finishes
-        // the job, which is the only one that reads it from then on (see `take_over_parked`).
+        // Relaxed: ordered by the job's publication or by the acquire of its `FINISHED` (see the
+        // field's doc).
         self.parent.load(Ordering::Relaxed)
     }
 
@@ -239,8 +241,8 @@ impl Lender {
     /// next link, then returns) then keeps two finished links alive, not one per level.
     ///
     /// Done at the finish rather than at the job's start, though a start would free the lender
-    /// sooner: code in a job's start is in the frame of every job a deep tree nests (a chain on
-    /// one token took 2–6% more stack per level), where `finish` is a call of its own.
+    /// sooner: code in a job's start is in the frame of every job a deep tree nests, where
+    /// `finish` is a call of its own, made after the body returned.
     #[inline]
     fn take_over_parked(&self) {
         if self.lender_finished() {
@@ -274,7 +276,7 @@ impl Lender {
             let lender = unsafe { &*self.parent_ptr() };
             chaos::point();
             // Relaxed: the lender's fields, ordered by the acquire in `lender_finished`; this
-            // job's own fields, read only by this thread from now on (`parent_ptr`).
+            // job's own, published by its own `FINISHED` (release) in `finish`.
             self.parent
                 .store(lender.parent.load(Ordering::Relaxed), Ordering::Relaxed);
             self.admission
