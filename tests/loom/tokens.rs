@@ -369,6 +369,28 @@ impl World {
         }
     }
 
+    /// Makes and admits a chain of jobs made with `job`, each the child of the one before: the
+    /// first admitted as `root`, the others on their parent's loan. Returns their lenders.
+    fn start_chain(&self, jobs: &[usize], root: Admission) -> Vec<Held> {
+        let mut held: Vec<Held> = Vec::new();
+        for &i in jobs {
+            let h = match held.last() {
+                None => self.make(i, None),
+                Some(parent) => self.make(i, Some(&parent.lender)),
+            };
+            self.start(
+                &h,
+                if held.is_empty() {
+                    root
+                } else {
+                    Admission::Loan
+                },
+            );
+            held.push(h);
+        }
+        held
+    }
+
     /// End of an execution: every job in `ran` was admitted and ran exactly once, every other job
     /// was never admitted, no token is in use (pool or credit), the peaks are within bounds, and
     /// exactly `cap` fresh roots can be admitted.
@@ -627,12 +649,8 @@ fn parked_token_climbs_two_levels() {
         let p = world.job(Some(g));
         let c = world.job(Some(p));
         let world = Arc::new(world);
-        let hg = world.make(g, None);
-        world.start(&hg, Admission::Pool);
-        let hp = world.make(p, Some(&hg.lender));
-        world.start(&hp, Admission::Loan);
-        let hc = world.make(c, Some(&hp.lender));
-        world.start(&hc, Admission::Loan);
+        let [hg, hp, hc] = <[Held; 3]>::try_from(world.start_chain(&[g, p, c], Admission::Pool))
+            .unwrap_or_else(|_| unreachable!());
 
         let threads = run_each_on_a_thread(
             &world,
@@ -679,14 +697,8 @@ fn finishing_chain_takes_over(root: Admission) {
     let c = world.job(Some(p));
     let d = world.job(Some(c));
     let world = Arc::new(world);
-    let hg = world.make(g, None);
-    world.start(&hg, root);
-    let hp = world.make(p, Some(&hg.lender));
-    world.start(&hp, Admission::Loan);
-    let hc = world.make(c, Some(&hp.lender));
-    world.start(&hc, Admission::Loan);
-    let hd = world.make(d, Some(&hc.lender));
-    world.start(&hd, Admission::Loan);
+    let [hg, hp, hc, hd] = <[Held; 4]>::try_from(world.start_chain(&[g, p, c, d], root))
+        .unwrap_or_else(|_| unreachable!());
     world.run_and_finish(hg, root);
 
     let threads = run_each_on_a_thread(
@@ -720,14 +732,9 @@ fn taken_over_loan_passes_to_the_lenders_waiting_child() {
         let d = world.job(Some(c));
         let x = world.job(Some(g));
         let world = Arc::new(world);
-        let hg = world.make(g, None);
-        world.start(&hg, Admission::Pool);
-        let hp = world.make(p, Some(&hg.lender));
-        world.start(&hp, Admission::Loan);
-        let hc = world.make(c, Some(&hp.lender));
-        world.start(&hc, Admission::Loan);
-        let hd = world.make(d, Some(&hc.lender));
-        world.start(&hd, Admission::Loan);
+        let [hg, hp, hc, hd] =
+            <[Held; 4]>::try_from(world.start_chain(&[g, p, c, d], Admission::Pool))
+                .unwrap_or_else(|_| unreachable!());
         world.run_and_finish(hp, Admission::Loan);
 
         let threads =
