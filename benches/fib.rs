@@ -24,7 +24,6 @@
 //! pools of that many workers (whose caller only waits); chili adds one heartbeat thread that
 //! runs no jobs.
 
-#[macro_use]
 mod common;
 
 use std::hint::black_box;
@@ -41,15 +40,7 @@ fn fib_seq(n: u32) -> u64 {
     }
 }
 
-for_both_pools! {
-    pub fn fib(n: u32) -> u64 {
-        if n < 2 {
-            return u64::from(n);
-        }
-        let (a, b) = pl::join(|| fib(n - 1), || fib(n - 2));
-        a + b
-    }
-}
+use common::shapes::{ry, tp};
 
 mod ch {
     use chili::Scope;

@@ -352,3 +352,44 @@ pub fn describe(payload: Box<dyn std::any::Any + Send>) -> String {
         },
     }
 }
+
+/// A panic's message: its payload if it is a `String` or a `&str`.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else {
+        "<not a string>".to_owned()
+    }
+}
+
+/// Keeps intended panics, those whose `String` message starts with `prefix`, off stderr (the
+/// default hook prints every panic); any other panic, such as a failed assertion, is printed as
+/// usual. Each prefix is added once, for the rest of the process.
+pub fn quiet_panics_starting_with(prefix: &'static str) {
+    static PREFIXES: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    let quiet = |message: &str| {
+        let prefixes = PREFIXES.lock().unwrap_or_else(|e| e.into_inner());
+        prefixes.iter().any(|p| message.starts_with(p))
+    };
+    {
+        let mut prefixes = PREFIXES.lock().unwrap_or_else(|e| e.into_inner());
+        if !prefixes.contains(&prefix) {
+            prefixes.push(prefix);
+        }
+    }
+    HOOK.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let intended = info
+                .payload()
+                .downcast_ref::<String>()
+                .is_some_and(|m| quiet(m));
+            if !intended {
+                default(info);
+            }
+        }));
+    });
+}

@@ -47,7 +47,7 @@ use crate::common::{pool, settle, spin_until, watchdog, Rng};
 use std::any::Any;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex, Once};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Trees run when `TREEPOOL_STRESS_TREES` is not set.
@@ -90,34 +90,6 @@ fn env_u64(name: &str, default: u64) -> u64 {
             parsed.unwrap_or_else(|_| panic!("{name}={text:?} is not a number"))
         }
     }
-}
-
-fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else {
-        "<not a string>".to_owned()
-    }
-}
-
-/// Keeps the intended leaf panics off stderr (the default hook prints every panic); any other
-/// panic, such as a failed assertion, is printed as usual.
-fn quiet_leaf_panics() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let default = panic::take_hook();
-        panic::set_hook(Box::new(move |info| {
-            let leaf = info
-                .payload()
-                .downcast_ref::<String>()
-                .is_some_and(|m| m.starts_with(PANIC_PREFIX));
-            if !leaf {
-                default(info);
-            }
-        }));
-    });
 }
 
 /// A pool set: `(threads, cap)` per pool, drawn from the seed's high bits only.
@@ -214,7 +186,7 @@ impl Cx {
                     .stack_size(STACK_SIZE)
                     .thread_name(move |i| format!("xpool{p}-{i}"))
                     .panic_handler(move |payload| {
-                        let message = panic_message(payload.as_ref());
+                        let message = common::panic_message(payload.as_ref());
                         if !message.starts_with(PANIC_PREFIX) {
                             errs.lock()
                                 .unwrap()
@@ -298,7 +270,7 @@ impl Cx {
             }
             Ok(_) => {}
             Err(payload) => {
-                let message = panic_message(payload.as_ref());
+                let message = common::panic_message(payload.as_ref());
                 if !panics.contains(&message) {
                     self.fail(format!(
                         "{what} raised {message:?}, not one of its jobs' panics {panics:?}"
@@ -425,7 +397,7 @@ fn call_into<R>(at: At<'_>, target: usize, what: &str, f: impl FnOnce(At<'_>) ->
             .panics
             .lock()
             .unwrap()
-            .push(panic_message(payload.as_ref()));
+            .push(common::panic_message(payload.as_ref()));
         panic::resume_unwind(payload)
     })
 }
@@ -875,7 +847,7 @@ fn rerun(tree: u64) -> String {
 
 #[test]
 fn random_trees_across_pools_never_hang_and_keep_each_pools_bounds() {
-    quiet_leaf_panics();
+    common::quiet_panics_starting_with(PANIC_PREFIX);
     let base = env_u64("TREEPOOL_STRESS_SEED", DEFAULT_SEED);
     let trees = env_u64("TREEPOOL_STRESS_TREES", DEFAULT_TREES);
     let repeat = env_u64("TREEPOOL_STRESS_REPEAT", 1).max(1);
@@ -926,7 +898,7 @@ fn random_trees_across_pools_never_hang_and_keep_each_pools_bounds() {
                 "tree {:#x} failed (after {} trees): {}\n{}\n{}",
                 last.tree,
                 last.done,
-                panic_message(payload.as_ref()),
+                common::panic_message(payload.as_ref()),
                 last.config,
                 rerun(last.tree)
             );

@@ -15,10 +15,9 @@
 
 use crate::common;
 
-use std::any::Any;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Barrier, Mutex, Once};
+use std::sync::{mpsc, Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::{assert_idle, watchdog, Rng};
@@ -45,32 +44,6 @@ fn env_u64(name: &str, default: u64) -> u64 {
             }
         })
         .unwrap_or(default)
-}
-
-fn message(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else {
-        "<not a string>".to_owned()
-    }
-}
-
-fn quiet_leaf_panics() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let default = panic::take_hook();
-        panic::set_hook(Box::new(move |info| {
-            let leaf = info
-                .payload()
-                .downcast_ref::<String>()
-                .is_some_and(|m| m.starts_with(PANIC_PREFIX));
-            if !leaf {
-                default(info);
-            }
-        }));
-    });
 }
 
 /// The pools of one set and what the trees share.
@@ -366,7 +339,7 @@ fn run_tree(cx: &Arc<Cx>, seed: u64) -> Result<(), String> {
         }
     }));
     if let Err(payload) = result {
-        let m = message(payload.as_ref());
+        let m = common::panic_message(payload.as_ref());
         if !m.starts_with(PANIC_PREFIX) {
             return Err(format!("tree {seed:#x} raised a foreign panic: {m}"));
         }
@@ -451,7 +424,7 @@ fn borrowed_pool_tree_0xcafe08cb_runs_all_its_detached_jobs() {
 
 /// Runs trees `base .. base + trees` (a new pool set every 25 trees), `repeat` times over.
 fn run_trees(base: u64, trees: u64, repeat: u64) {
-    quiet_leaf_panics();
+    common::quiet_panics_starting_with(PANIC_PREFIX);
     // Ok(Some(seed)): a tree starts; Ok(None): all done; Err: a failure. A runner that dies
     // without saying it is done (a panic outside `run_tree`'s checks) fails the test too.
     let (tx, rx) = mpsc::channel::<Result<Option<u64>, String>>();
@@ -483,7 +456,7 @@ fn run_trees(base: u64, trees: u64, repeat: u64) {
         if let Err(payload) = outcome {
             let _ = report.send(Err(format!(
                 "the runner panicked: {}",
-                message(payload.as_ref())
+                common::panic_message(payload.as_ref())
             )));
         }
     });
@@ -727,7 +700,10 @@ fn build_scoped_runs_admitted_jobs_and_joins_workers() {
                     },
                 )
         }));
-        assert_eq!(message(result.unwrap_err().as_ref()), "with_pool panics");
+        assert_eq!(
+            common::panic_message(result.unwrap_err().as_ref()),
+            "with_pool panics"
+        );
         assert_eq!(exited.load(Ordering::SeqCst), 2);
     });
 }
