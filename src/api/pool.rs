@@ -124,12 +124,7 @@ impl ThreadPool {
     /// for why): if no token is free, the job is queued, the call returns, and the job starts
     /// once a token frees. Spawns across pools are therefore not backpressured.
     pub fn spawn<F: FnOnce() + Send + 'static>(&self, f: F) {
-        let registry = &self.registry;
-        if WorkerThread::current().is_some() {
-            return spawn_in(registry, f);
-        }
-        let entered = borrowed::enter(Some(registry.id()), f, |_, f| spawn_in(registry, f));
-        entered.unwrap_or_else(|f| spawn_in(registry, f));
+        spawn_from_here(Some(&self.registry), f, spawn_in);
     }
 
     /// The calling thread's index in this pool, if it is one of its workers (`None` on a
@@ -441,10 +436,22 @@ where
 /// assert_eq!(rx.recv().unwrap(), 42);
 /// ```
 pub fn spawn<F: FnOnce() + Send + 'static>(f: F) {
-    match WorkerThread::current() {
-        Some(worker) => spawn_in(worker.registry(), f),
-        None => borrowed::enter(None, f, |w, f| spawn_in(w.registry(), f))
-            .unwrap_or_else(|f| spawn_in(global_registry(), f)),
+    spawn_from_here(None, f, spawn_in);
+}
+
+/// Spawns the detached job `f` into `pool` with `spawn_into` (`spawn_in` or its fifo twin),
+/// from the calling thread as it is: a worker (of any pool), or else the builder's thread of a
+/// `use_current_thread` pool entered as that pool's worker 0 (waiting as a plain thread, it could
+/// wait for a token only it can free), or else a plain thread. `pool: None` is the calling
+/// thread's pool: the worker's, the entered one, else the global pool.
+pub(crate) fn spawn_from_here<F>(pool: Option<&Registry>, f: F, spawn_into: fn(&Registry, F)) {
+    match (WorkerThread::current(), pool) {
+        (Some(_), Some(pool)) => spawn_into(pool, f),
+        (Some(worker), None) => spawn_into(worker.registry(), f),
+        (None, _) => borrowed::enter(pool.map(Registry::id), f, |worker, f| {
+            spawn_into(pool.unwrap_or(worker.registry()), f)
+        })
+        .unwrap_or_else(|f| spawn_into(pool.unwrap_or(global_registry()), f)),
     }
 }
 

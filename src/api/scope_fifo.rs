@@ -10,8 +10,9 @@
 //! scope's end; another pool's worker runs its own pool's jobs). It never waits for a token of
 //! a pool while the waiting thread could hold a token of another one (design §2.3, §4.5).
 
-use crate::api::builder::global_registry;
-use crate::api::pool::{current_registry, detached_job, from_outside_jobs, ThreadPool};
+use crate::api::pool::{
+    current_registry, detached_job, from_outside_jobs, spawn_from_here, ThreadPool,
+};
 use crate::api::scope::{run_scope, Order, Scope, ScopeHandle};
 use crate::base::sync::Arc;
 use crate::worker::borrowed;
@@ -216,13 +217,7 @@ where
 /// assert_eq!(rx.recv().unwrap(), 7);
 /// ```
 pub fn spawn_fifo<F: FnOnce() + Send + 'static>(f: F) {
-    // As `spawn`: the builder's thread of a `use_current_thread` pool spawns as its worker 0
-    // (waiting as a plain thread, it could wait for a token only it can free).
-    match WorkerThread::current() {
-        Some(worker) => spawn_fifo_in(worker.registry(), f),
-        None => borrowed::enter(None, f, |w, f| spawn_fifo_in(w.registry(), f))
-            .unwrap_or_else(|f| spawn_fifo_in(global_registry(), f)),
-    }
+    spawn_from_here(None, f, spawn_fifo_in);
 }
 
 impl ThreadPool {
@@ -287,13 +282,6 @@ impl ThreadPool {
     /// call from another pool's job never waits, and is queued if no token is free), with the
     /// order of [`spawn_fifo`] for spawns from this pool's workers.
     pub fn spawn_fifo<F: FnOnce() + Send + 'static>(&self, f: F) {
-        let registry = self.registry();
-        if WorkerThread::current().is_some() {
-            return spawn_fifo_in(registry, f);
-        }
-        // As `ThreadPool::spawn`: on this pool's `use_current_thread` builder's thread, as
-        // worker 0.
-        let entered = borrowed::enter(Some(registry.id()), f, |_, f| spawn_fifo_in(registry, f));
-        entered.unwrap_or_else(|f| spawn_fifo_in(registry, f));
+        spawn_from_here(Some(self.registry()), f, spawn_fifo_in);
     }
 }
