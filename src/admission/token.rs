@@ -165,6 +165,7 @@ impl Lender {
     /// root when `parent` is `None`.
     ///
     /// `parent` must stay alive as described in the module doc ("Lifetimes").
+    #[inline]
     pub fn new(parent: Option<&Lender>) -> Self {
         Lender {
             lending: AtomicUsize::new(0),
@@ -182,6 +183,7 @@ impl Lender {
     /// The same lender, to be embedded in a bigger allocation that `free` frees once the last
     /// reference is gone (the first reference is implicit: the count starts at one, taken over
     /// with [`LenderRef::from_raw`]).
+    #[inline]
     pub fn embedded(mut self, free: unsafe fn(*const Lender)) -> Self {
         self.free = free;
         self
