@@ -13,10 +13,13 @@
 //!   own thread helping deeper in its stack) must admit it (loan of the joiner's token, else a
 //!   pool token) or hand it back unrun.
 
+use std::alloc::Layout;
 use std::cell::UnsafeCell;
 use std::mem::ManuallyDrop;
+use std::ptr;
 
 use crate::admission::token::{Lender, LenderRef};
+use crate::base::job_memory;
 use crate::base::job_ref::{JobRef, JobResult};
 use crate::base::wake::WakeTarget;
 use crate::worker::latch::{CountLatch, Latch};
@@ -39,12 +42,22 @@ pub struct HeapJob<F> {
 impl<F: FnOnce() + Send> HeapJob<F> {
     /// A job that runs `body` (which must not unwind) as the job of `lender`, then counts down
     /// `scope` if not null.
+    ///
+    /// The job's memory comes from the calling thread's recycled job blocks (`job_memory`), as a
+    /// `Box` would have it: it may be dropped as one.
+    #[inline]
     pub fn new(lender: Lender, body: F, scope: *const CountLatch) -> Box<Self> {
-        Box::new(HeapJob {
-            lender: lender.embedded(Self::free),
-            body: UnsafeCell::new(Some(body)),
-            scope,
-        })
+        let job = job_memory::alloc(Layout::new::<Self>()) as *mut Self;
+        // SAFETY: `job_memory::alloc` returns a block for this layout, allocated by the global
+        // allocator with it (the module's rule), which is what `Box::from_raw` requires.
+        unsafe {
+            job.write(HeapJob {
+                lender: lender.embedded(Self::free),
+                body: UnsafeCell::new(Some(body)),
+                scope,
+            });
+            Box::from_raw(job)
+        }
     }
 
     /// Admits the job into `registry` and makes it runnable (see [`Registry::admit`]), from
@@ -158,8 +171,13 @@ impl<F: FnOnce() + Send> HeapJob<F> {
     /// `lender` is the lender of a `HeapJob<F>` made by `new` and boxed, and no reference to it
     /// is left.
     unsafe fn free(lender: *const Lender) {
-        // SAFETY: the caller's contract; the job's address is its lender's.
-        drop(unsafe { Box::from_raw(lender as *mut Self) });
+        let job = lender as *mut Self;
+        // SAFETY: the caller's contract; the job's address is its lender's, and its block was
+        // allocated by the global allocator with this layout (by `new`, or as a `Box`).
+        unsafe {
+            ptr::drop_in_place(job);
+            job_memory::free(job as *mut u8, Layout::new::<Self>());
+        }
     }
 }
 
