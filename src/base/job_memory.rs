@@ -3,9 +3,9 @@
 //!
 //! This module owns where a spawned job's memory comes from and where it goes back to. A spawn
 //! allocates once and its job is freed once, on whichever thread dropped its last reference; with
-//! the global allocator that pair costs about as much as all of the scheduler's own bookkeeping
-//! for the spawn (glibc's hardened fast paths: some 150 instructions). Here it is a pop and a push
-//! on a list of the calling thread.
+//! the global allocator that pair can cost as much as the scheduler's own work for the spawn
+//! (docs/benchmarks-notes.md, "Recycled job memory"). Here it is a pop and a push on a list of
+//! the calling thread.
 //!
 //! The rule: **every block is allocated by the global allocator with exactly the layout of the
 //! jobs of its list, and goes back to it with that layout.** A list holds blocks of one size, all
@@ -17,8 +17,12 @@
 //!
 //! It never looks inside a block it keeps, but for the link to the next one in its list, and it
 //! knows nothing of jobs: the caller passes a layout and owns what it writes into the block.
-//! Under `--cfg treepool_asan` (set by `.ci/run` with AddressSanitizer) a kept block is poisoned,
-//! so that a use of a freed job is reported as it would be with the global allocator.
+//!
+//! Under `--cfg treepool_asan` (set by `.ci/run` with AddressSanitizer) no layout has a list:
+//! every job is allocated and freed by the global allocator, whose quarantine then sees each
+//! job's lifetime (a block reused at once would turn a use after free into a write to a live
+//! job), and LeakSanitizer never meets a kept block. The lists' own code is checked there by
+//! its unit tests, which drive lists of their own.
 
 use std::alloc::{self, Layout};
 use std::cell::Cell;
@@ -51,19 +55,15 @@ struct Kept {
 }
 
 std::thread_local! {
-    static KEPT: Kept = const {
-        Kept {
-            lists: [const { Cell::new(ptr::null_mut()) }; LISTS],
-            bytes: Cell::new(0),
-        }
-    };
+    static KEPT: Kept = const { Kept::new() };
 }
 
-/// The list of `layout`, if it has one.
+/// The list of `layout`, if it has one (none under `--cfg treepool_asan`: see the module doc).
 #[inline]
 fn list_of(layout: Layout) -> Option<usize> {
     let size = layout.size();
-    (layout.align() == ALIGN && size > 0 && size <= MAX_SIZE).then(|| size / ALIGN - 1)
+    let listed = layout.align() == ALIGN && size > 0 && size <= MAX_SIZE;
+    (listed && !cfg!(treepool_asan)).then(|| size / ALIGN - 1)
 }
 
 /// A block for a value of `layout` (not zero-sized): a kept one, else a new one from the global
@@ -106,6 +106,14 @@ pub unsafe fn free(block: *mut u8, layout: Layout) {
 }
 
 impl Kept {
+    /// Empty lists.
+    const fn new() -> Self {
+        Kept {
+            lists: [const { Cell::new(ptr::null_mut()) }; LISTS],
+            bytes: Cell::new(0),
+        }
+    }
+
     /// The newest block of list `list`, of `size` bytes, if it has one.
     #[inline]
     fn take(&self, list: usize, size: usize) -> Option<*mut u8> {
@@ -114,11 +122,8 @@ impl Kept {
             return None;
         }
         // SAFETY: a block in a list is a live allocation of `size` bytes that only this list
-        // refers to (`keep`); poisoned under ASan while kept.
-        unsafe {
-            asan::unpoison(block as *const u8, size);
-            self.lists[list].set((*block).next);
-        }
+        // refers to (`keep`), its first word the link.
+        self.lists[list].set(unsafe { (*block).next });
         self.bytes.set(self.bytes.get() - size);
         Some(block as *mut u8)
     }
@@ -144,7 +149,6 @@ impl Kept {
             })
         };
         self.lists[list].set(block);
-        asan::poison(block as *const u8, size);
         true
     }
 }
@@ -159,7 +163,6 @@ impl Drop for Kept {
                 // SAFETY: kept blocks were allocated with this size and `ALIGN` (the module's
                 // rule), and only this list refers to them.
                 unsafe {
-                    asan::unpoison(block as *const u8, size);
                     let next = (*block).next;
                     alloc::dealloc(
                         block as *mut u8,
@@ -173,106 +176,119 @@ impl Drop for Kept {
     }
 }
 
-/// How a kept block is hidden from the program under AddressSanitizer.
-#[cfg(treepool_asan)]
-mod asan {
-    extern "C" {
-        fn __asan_poison_memory_region(addr: *const u8, size: usize);
-        fn __asan_unpoison_memory_region(addr: *const u8, size: usize);
-    }
-
-    /// A kept block: any access is reported as a use after free would be.
-    pub fn poison(addr: *const u8, size: usize) {
-        // SAFETY: ASan's interface; the region is a block this module owns.
-        unsafe { __asan_poison_memory_region(addr, size) }
-    }
-
-    /// A block leaving its list, to be written by its new owner (or read for its link).
-    pub fn unpoison(addr: *const u8, size: usize) {
-        // SAFETY: as above.
-        unsafe { __asan_unpoison_memory_region(addr, size) }
-    }
-}
-
-/// Without AddressSanitizer: nothing to hide.
-#[cfg(not(treepool_asan))]
-mod asan {
-    #[inline(always)]
-    pub fn poison(_addr: *const u8, _size: usize) {}
-
-    #[inline(always)]
-    pub fn unpoison(_addr: *const u8, _size: usize) {}
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn kept_bytes() -> usize {
-        KEPT.with(|kept| kept.bytes.get())
+    fn layout(size: usize) -> Layout {
+        Layout::from_size_align(size, ALIGN).unwrap()
     }
 
+    /// A block from the global allocator, for lists of a test's own.
+    fn block(size: usize) -> *mut u8 {
+        // SAFETY: a non-zero size.
+        unsafe { alloc::alloc(layout(size)) }
+    }
+
+    #[test]
+    fn a_list_hands_back_its_newest_block_of_the_size_asked() {
+        let kept = Kept::new();
+        let (a, b, c) = (block(96), block(96), block(104));
+        // SAFETY: blocks of those sizes from the global allocator, unused, kept once; the
+        // list of a size `s` is `s / ALIGN - 1`.
+        unsafe {
+            assert!(kept.keep(11, a, 96));
+            assert!(kept.keep(11, b, 96));
+            assert!(kept.keep(12, c, 104));
+        }
+        assert_eq!(kept.bytes.get(), 296);
+        assert_eq!(kept.take(11, 96), Some(b), "newest first");
+        assert_eq!(kept.take(12, 104), Some(c));
+        assert_eq!(kept.take(12, 104), None, "no block of another size");
+        assert_eq!(kept.bytes.get(), 96);
+        // SAFETY: taken above, unused.
+        unsafe {
+            alloc::dealloc(b, layout(96));
+            alloc::dealloc(c, layout(104));
+        }
+        // `a` goes back to the global allocator with the lists (ASan would report a leak).
+    }
+
+    #[test]
+    fn a_list_keeps_at_most_its_bound() {
+        let kept = Kept::new();
+        let count = 2 * MAX_KEPT_BYTES / MAX_SIZE;
+        let not_kept: Vec<_> = (0..count)
+            .map(|_| block(MAX_SIZE))
+            // SAFETY: as above.
+            .filter(|&b| !unsafe { kept.keep(LISTS - 1, b, MAX_SIZE) })
+            .collect();
+        assert_eq!(kept.bytes.get(), MAX_KEPT_BYTES);
+        assert_eq!(not_kept.len(), count - MAX_KEPT_BYTES / MAX_SIZE);
+        for b in not_kept {
+            // SAFETY: refused by the list, so still ours.
+            unsafe { alloc::dealloc(b, layout(MAX_SIZE)) };
+        }
+    }
+
+    #[test]
+    fn only_layouts_of_alignment_8_up_to_512_bytes_have_lists() {
+        assert_eq!(list_of(layout(8)).is_some(), !cfg!(treepool_asan));
+        assert_eq!(
+            list_of(layout(MAX_SIZE)),
+            list_of(layout(MAX_SIZE)).map(|_| LISTS - 1)
+        );
+        assert_eq!(list_of(layout(MAX_SIZE + ALIGN)), None);
+        assert_eq!(list_of(Layout::from_size_align(64, 16).unwrap()), None);
+    }
+
+    #[cfg(not(treepool_asan))]
     #[test]
     fn a_freed_block_serves_the_next_allocation_of_its_layout_on_the_same_thread() {
-        let layout = Layout::from_size_align(96, ALIGN).unwrap();
-        let first = alloc(layout);
-        let start = kept_bytes();
-        // SAFETY: allocated above with `layout`, unused.
-        unsafe { free(first, layout) };
-        assert_eq!(kept_bytes(), start + 96);
-        let other = Layout::from_size_align(104, ALIGN).unwrap();
-        let second = alloc(other);
-        assert_ne!(second, first, "a block of another size is never reused");
-        let third = alloc(layout);
-        assert_eq!(third, first, "the newest kept block of its size is reused");
-        assert_eq!(kept_bytes(), start);
+        let first = alloc(layout(96));
+        // SAFETY: allocated above with this layout, unused, freed once.
+        unsafe { free(first, layout(96)) };
+        let other = alloc(layout(104));
+        assert_ne!(other, first, "a block of another size is never reused");
+        let again = alloc(layout(96));
+        assert_eq!(again, first, "the kept block is reused");
         // SAFETY: as above.
         unsafe {
-            free(second, other);
-            free(third, layout);
+            free(other, layout(104));
+            free(again, layout(96));
         }
     }
 
+    /// From the review of the lists: under ASan a block kept and reused at once would hide a
+    /// use of a freed job from the quarantine (the module doc).
+    #[cfg(treepool_asan)]
     #[test]
-    fn a_thread_keeps_at_most_its_bound_and_no_other_alignment() {
-        let layout = Layout::from_size_align(MAX_SIZE, ALIGN).unwrap();
-        let blocks: Vec<_> = (0..2 * MAX_KEPT_BYTES / MAX_SIZE)
-            .map(|_| alloc(layout))
-            .collect();
-        let before = kept_bytes();
-        for block in blocks {
-            // SAFETY: allocated above with `layout`, unused, freed once.
-            unsafe { free(block, layout) };
-        }
-        assert!(kept_bytes() <= MAX_KEPT_BYTES);
-        assert!(kept_bytes() > before, "some were kept");
-        let wide = Layout::from_size_align(64, 16).unwrap();
-        let large = Layout::from_size_align(MAX_SIZE + ALIGN, ALIGN).unwrap();
-        let after = kept_bytes();
-        for layout in [wide, large] {
-            // SAFETY: as above.
-            unsafe { free(alloc(layout), layout) };
-        }
-        assert_eq!(
-            kept_bytes(),
-            after,
-            "other layouts go to the global allocator"
+    fn under_asan_a_freed_block_is_not_handed_to_the_next_allocation() {
+        let first = alloc(layout(96));
+        // SAFETY: allocated above with this layout, unused, freed once.
+        unsafe { free(first, layout(96)) };
+        let second = alloc(layout(96));
+        assert_ne!(
+            second, first,
+            "a stale pointer to the freed block reaches a live one"
         );
+        // SAFETY: as above.
+        unsafe { free(second, layout(96)) };
     }
 
+    #[cfg(not(treepool_asan))]
     #[test]
     fn blocks_move_between_threads_with_what_frees_them() {
-        let layout = Layout::from_size_align(48, ALIGN).unwrap();
-        let block = alloc(layout) as usize;
+        let block = alloc(layout(48)) as usize;
         let reused = std::thread::spawn(move || {
-            // SAFETY: allocated above with `layout`, freed once, here.
-            unsafe { free(block as *mut u8, layout) };
-            alloc(layout) as usize
+            // SAFETY: allocated above with this layout, freed once, here.
+            unsafe { free(block as *mut u8, layout(48)) };
+            alloc(layout(48)) as usize
         })
         .join()
         .unwrap();
         assert_eq!(reused, block, "the freeing thread reuses the block");
         // SAFETY: the other thread's allocation, unused; it exited, and its lists with it.
-        unsafe { free(reused as *mut u8, layout) };
+        unsafe { free(reused as *mut u8, layout(48)) };
     }
 }
