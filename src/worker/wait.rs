@@ -12,7 +12,7 @@ use crate::admission::token::Lender;
 use crate::base::job_ref::JobRef;
 use crate::base::pacing::{Pacing, STEAL_BACKOFF};
 use crate::base::stack::Headroom;
-use crate::base::sync::{thread, Arc, Ordering};
+use crate::base::sync::{thread, Arc};
 use crate::worker::registry::{Registry, WorkerSeed};
 use crate::worker::thread::{set_current_worker, WorkerThread};
 
@@ -296,8 +296,7 @@ pub fn main_loop(
     set_current_worker(&worker);
     on_start(worker.index);
     // Wait site "idle worker": context (this pool, no job), policy AnyAdmitted.
-    // SeqCst: pairs with `terminate`'s store (see `Sleep`).
-    worker.wait_until(|| worker.registry.terminating.load(Ordering::SeqCst));
+    worker.wait_until(|| worker.registry.has_terminated());
     // broadcast: from here on a job pinned to this worker may run where it lands instead.
     worker.registry.inboxes.close(worker.index);
     while let Some(job) = worker.find_work() {

@@ -795,15 +795,11 @@ fn one_thread_stats_are_deterministic() {
     });
 }
 
-/// FINDING (pre-existing, also on 9d75117): a `use_current_thread` pool is `Send`; dropped on
-/// another thread, its builder's thread stays worker 0 of the terminated pool
-/// (`borrowed::release` in `ThreadPool::drop` runs on the dropping thread's thread-local only).
-/// A free `spawn` from the builder's thread then goes into the dead pool: admitted, handed to
-/// its injector when the call leaves (`Leave`), and never run by anyone (nor dropped: its
-/// closure leaks). Expected: the job runs (the thread is a plain thread again and the global
-/// pool takes it, or the dropped pool drains it).
+/// A `use_current_thread` pool is `Send`; dropped on another thread, it leaves its builder's
+/// thread a plain thread again (`borrowed::release` there cannot reach this thread's state: the
+/// rule is that a terminated pool has no borrowed worker). A free `spawn` from the builder's
+/// thread then runs in the global pool; it used to go into the dead pool and never run.
 #[test]
-#[ignore = "known bug (pre-existing): the builder's thread stays worker 0 of its pool dropped elsewhere"]
 fn builders_thread_spawns_after_its_pool_was_dropped_elsewhere() {
     common::isolated!(60, || {
         let (exited_tx, exited) = mpsc::channel();
@@ -982,10 +978,10 @@ fn build_scoped_with_the_current_thread_releases_it() {
     },);
 }
 
-/// Passing probe, the companion of `builders_thread_spawns_after_its_pool_was_dropped_elsewhere`:
-/// the builder's thread, still worker 0 of its dropped pool, runs its own calls there (a
-/// `join`, a `scope` with spawns, a `broadcast` whose job for the exited worker 1 runs where it
-/// lands); only detached spawns are lost.
+/// The companion of `builders_thread_spawns_after_its_pool_was_dropped_elsewhere`: after its
+/// pool was dropped on another thread, the builder's thread is no worker (index `None`), its
+/// calls (a `join`, a `scope` with spawns, a `broadcast`) run in the global pool, and it may
+/// build a `use_current_thread` pool again.
 #[test]
 fn builders_thread_calls_after_its_pool_was_dropped_elsewhere() {
     common::isolated!(60, || {
@@ -999,6 +995,7 @@ fn builders_thread_calls_after_its_pool_was_dropped_elsewhere() {
             .unwrap();
         std::thread::spawn(move || drop(pool)).join().unwrap();
         assert_eq!(exited.recv_timeout(Duration::from_secs(10)), Ok(1));
+        assert_eq!(treepool::current_thread_index(), None);
         assert_eq!(treepool::join(|| 1, || 2), (1, 2));
         let hits = AtomicUsize::new(0);
         treepool::scope(|s| {
@@ -1009,6 +1006,15 @@ fn builders_thread_calls_after_its_pool_was_dropped_elsewhere() {
             }
         });
         assert_eq!(hits.into_inner(), 10);
-        assert_eq!(treepool::broadcast(|ctx| ctx.index()), [0, 1]);
+        let global: Vec<usize> = (0..treepool::current_num_threads()).collect();
+        assert_eq!(treepool::broadcast(|ctx| ctx.index()), global);
+        let again = treepool::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .use_current_thread()
+            .build()
+            .expect("the thread is no worker any more");
+        assert_eq!(treepool::current_thread_index(), Some(0));
+        drop(again);
+        assert_eq!(treepool::current_thread_index(), None);
     },);
 }
