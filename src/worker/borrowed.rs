@@ -108,13 +108,22 @@ pub fn with_here<T>(pool: Option<usize>, f: impl FnOnce(Option<&WorkerThread>) -
 }
 
 /// Leaves a call: hands the thread's jobs over (its deque's, and the broadcast jobs pinned to
-/// it, which then run on other workers) and makes it a plain thread again.
+/// it, which then run on other workers) and makes it a plain thread again. If the pool has
+/// terminated meanwhile (dropped on another thread), its other workers may have drained it and
+/// exited already: the thread drains it too, as they did before they stopped, so that what it
+/// handed over runs. (The check follows the hand-over, whose pushes end with a SeqCst fence, and
+/// a worker drains after its SeqCst look at the flag and the fence of its inbox's closing: so
+/// either this thread sees the flag, or those workers see the jobs.)
 struct Leave<'a>(&'a WorkerThread);
 
 impl Drop for Leave<'_> {
     fn drop(&mut self) {
-        self.0.registry().inboxes().close(self.0.index());
-        self.0.hand_over_local_jobs();
+        let worker = self.0;
+        worker.registry().inboxes().close(worker.index());
+        worker.hand_over_local_jobs();
+        if worker.registry().has_terminated() {
+            worker.drain();
+        }
         set_current_worker(std::ptr::null());
     }
 }

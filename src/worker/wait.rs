@@ -237,6 +237,16 @@ impl WorkerThread {
         true
     }
 
+    /// Not a wait: runs every job this worker finds, until it finds none. The last work of a
+    /// worker of a terminated pool, its inbox closed (`main_loop`; the builder's thread of
+    /// `use_current_thread` leaving a call: `borrowed`), so that the queued work finishes.
+    pub fn drain(&self) {
+        while let Some(job) = self.find_work() {
+            // SAFETY: jobs in the queues are alive and run once, on a worker of their pool.
+            unsafe { job.run() };
+        }
+    }
+
     /// Runs `wait`, a wait of the current job's spawn for its admission, with that job marked as
     /// admitting (see [`WorkerThread::runs_as_part_of`]).
     #[inline]
@@ -299,10 +309,7 @@ pub fn main_loop(
     worker.wait_until(|| worker.registry.has_terminated());
     // broadcast: from here on a job pinned to this worker may run where it lands instead.
     worker.registry.inboxes.close(worker.index);
-    while let Some(job) = worker.find_work() {
-        // SAFETY: as in `wait_until`.
-        unsafe { job.run() };
-    }
+    worker.drain();
     on_exit(worker.index);
     set_current_worker(ptr::null());
 }

@@ -974,6 +974,36 @@ fn build_scoped_with_the_current_thread_releases_it() {
     },);
 }
 
+/// A `use_current_thread` pool dropped on another thread while its builder's thread is inside
+/// a call, after the pool's other worker has exited: a detached job spawned in that call, still
+/// in the thread's own deque when the call returns, runs (the thread drains the terminated pool
+/// as it leaves the call, as every worker of a dropped pool drains it before it exits).
+#[test]
+fn builders_thread_in_a_call_while_its_pool_is_dropped_elsewhere() {
+    common::isolated!(60, || {
+        let (exited_tx, exited) = mpsc::channel();
+        let exited_tx = Mutex::new(exited_tx);
+        let pool = treepool::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .use_current_thread()
+            .exit_handler(move |i| exited_tx.lock().unwrap().send(i).unwrap())
+            .build()
+            .unwrap();
+        let (tx, rx) = mpsc::channel();
+        treepool::scope(move |_| {
+            assert_eq!(treepool::current_thread_index(), Some(0));
+            std::thread::spawn(move || drop(pool)).join().unwrap();
+            assert_eq!(exited.recv_timeout(Duration::from_secs(10)), Ok(1));
+            treepool::spawn(move || tx.send(()).unwrap());
+        });
+        rx.recv_timeout(Duration::from_secs(10)).expect(
+            "a spawn of the builder's thread in a call, while its pool was dropped on another \
+             thread, never ran",
+        );
+        assert_eq!(treepool::current_thread_index(), None);
+    },);
+}
+
 /// The companion of `builders_thread_spawns_after_its_pool_was_dropped_elsewhere`: after its
 /// pool was dropped on another thread, the builder's thread is no worker (index `None`), its
 /// calls (a `join`, a `scope` with spawns, a `broadcast`) run in the global pool, and it may
