@@ -791,6 +791,21 @@ fn one_thread_stats_are_deterministic() {
     });
 }
 
+/// A pool of two threads, the calling thread as worker 0 (`use_current_thread`), and where its
+/// exit handler reports the index of each worker that exits (worker 1 only: the handlers do not
+/// run for the builder's thread).
+fn two_threads_with_this_one() -> (treepool::ThreadPool, mpsc::Receiver<usize>) {
+    let (exited_tx, exited) = mpsc::channel();
+    let exited_tx = Mutex::new(exited_tx);
+    let pool = treepool::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .use_current_thread()
+        .exit_handler(move |i| exited_tx.lock().unwrap().send(i).unwrap())
+        .build()
+        .unwrap();
+    (pool, exited)
+}
+
 /// A `use_current_thread` pool is `Send`; dropped on another thread, it leaves its builder's
 /// thread a plain thread again (`borrowed::release` there cannot reach this thread's state: the
 /// rule is that a terminated pool has no borrowed worker). A free `spawn` from the builder's
@@ -798,14 +813,7 @@ fn one_thread_stats_are_deterministic() {
 #[test]
 fn builders_thread_spawns_after_its_pool_was_dropped_elsewhere() {
     common::isolated!(60, || {
-        let (exited_tx, exited) = mpsc::channel();
-        let exited_tx = Mutex::new(exited_tx);
-        let pool = treepool::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .use_current_thread()
-            .exit_handler(move |i| exited_tx.lock().unwrap().send(i).unwrap())
-            .build()
-            .unwrap();
+        let (pool, exited) = two_threads_with_this_one();
         assert_eq!(pool.install(|| 1 + 1), 2);
         std::thread::spawn(move || drop(pool)).join().unwrap();
         // Worker 1 (the pool's one thread of its own) has exited.
@@ -981,14 +989,7 @@ fn build_scoped_with_the_current_thread_releases_it() {
 #[test]
 fn builders_thread_in_a_call_while_its_pool_is_dropped_elsewhere() {
     common::isolated!(60, || {
-        let (exited_tx, exited) = mpsc::channel();
-        let exited_tx = Mutex::new(exited_tx);
-        let pool = treepool::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .use_current_thread()
-            .exit_handler(move |i| exited_tx.lock().unwrap().send(i).unwrap())
-            .build()
-            .unwrap();
+        let (pool, exited) = two_threads_with_this_one();
         let (tx, rx) = mpsc::channel();
         treepool::scope(move |_| {
             assert_eq!(treepool::current_thread_index(), Some(0));
@@ -1011,14 +1012,7 @@ fn builders_thread_in_a_call_while_its_pool_is_dropped_elsewhere() {
 #[test]
 fn builders_thread_calls_after_its_pool_was_dropped_elsewhere() {
     common::isolated!(60, || {
-        let (exited_tx, exited) = mpsc::channel();
-        let exited_tx = Mutex::new(exited_tx);
-        let pool = treepool::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .use_current_thread()
-            .exit_handler(move |i| exited_tx.lock().unwrap().send(i).unwrap())
-            .build()
-            .unwrap();
+        let (pool, exited) = two_threads_with_this_one();
         std::thread::spawn(move || drop(pool)).join().unwrap();
         assert_eq!(exited.recv_timeout(Duration::from_secs(10)), Ok(1));
         assert_eq!(treepool::current_thread_index(), None);
