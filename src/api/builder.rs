@@ -265,8 +265,10 @@ impl<S> ThreadPoolBuilder<S> {
     /// at once, else where its token is granted; while it waits, the thread runs other jobs of
     /// the pool. Start and exit handlers do not run for it.
     ///
-    /// The thread stays worker 0 until the pool is dropped on it outside a call, or until it
-    /// exits; with [`build_global`](ThreadPoolBuilder::build_global), for the whole process.
+    /// The thread stays worker 0 until the pool is dropped (on any thread; the thread leaves
+    /// it at its next call, or once a call in progress returns), or until it exits; with
+    /// [`build_global`](ThreadPoolBuilder::build_global), for the whole process. It is then a
+    /// plain thread again: its free calls go to the global pool.
     /// Building while the thread is a worker of any pool, or worker 0 of another one, is a
     /// build error.
     ///
@@ -642,7 +644,7 @@ pub(crate) fn set_global(registry: Arc<Registry>) -> Result<(), BuildError> {
         Ok(()) => Ok(()),
         Err(unused) => {
             unused.terminate();
-            borrowed::release(unused.id());
+            borrowed::release();
             Err(BuildError::new(
                 "The global thread pool has already been initialized.",
             ))

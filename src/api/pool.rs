@@ -130,7 +130,7 @@ impl ThreadPool {
     /// The calling thread's index in this pool, if it is one of its workers (`None` on a
     /// worker of another pool, or outside every pool). The builder's thread of a pool built
     /// with [`use_current_thread`](crate::ThreadPoolBuilder::use_current_thread) is worker 0,
-    /// inside calls into the pool and between them.
+    /// inside calls into the pool and between them, for as long as the pool lives.
     pub fn current_thread_index(&self) -> Option<usize> {
         on_worker(Some(&self.registry), WorkerThread::index)
     }
@@ -172,7 +172,7 @@ impl ThreadPool {
 impl Drop for ThreadPool {
     fn drop(&mut self) {
         self.registry.terminate();
-        borrowed::release(self.registry.id());
+        borrowed::release();
     }
 }
 
@@ -458,7 +458,7 @@ pub(crate) fn spawn_from_here<F>(pool: Option<&Registry>, f: F, spawn_into: fn(&
 /// The index of the calling worker thread in its pool, or `None` outside any pool. On the
 /// builder's thread of a pool built with
 /// [`use_current_thread`](crate::ThreadPoolBuilder::use_current_thread) it is `Some(0)`, inside
-/// calls into the pool and between them, as in rayon.
+/// calls into the pool and between them, as in rayon, until the pool is dropped (on any thread).
 ///
 /// ```
 /// assert_eq!(treepool::current_thread_index(), None);

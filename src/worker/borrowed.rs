@@ -3,11 +3,14 @@
 //! This module owns that thread's worker state, which lives in a thread-local of the thread
 //! instead of a main loop's frame, and the rule for it: **the thread is its pool's worker only
 //! inside a call into the pool** (an `install`, `join`, `scope` or `spawn` it makes from outside
-//! every job). Between calls it is a plain thread that leaves nothing another thread could wait
-//! for: no private `join` half (every join it was in has returned) and no job in its deque (its
-//! jobs go to the injector as it leaves a call), so no job, sleeper or admission ever waits for
-//! it to come back. It never runs pool work outside a call, and never admits anything itself:
-//! the calls it enters admit their root jobs (see `pool`).
+//! every job), **and only while the pool lives**. Between calls it is a plain thread that leaves
+//! nothing another thread could wait for: no private `join` half (every join it was in has
+//! returned) and no job in its deque (its jobs go to the injector as it leaves a call), so no
+//! job, sleeper or admission ever waits for it to come back. It never runs pool work outside a
+//! call, and never admits anything itself: the calls it enters admit their root jobs (see
+//! `pool`). Once the pool has terminated (dropped, on any thread), the first look at the state
+//! outside a call drops it: the thread is a plain thread again, whose calls go where a plain
+//! thread's go, never into the terminated pool, whose workers may have exited.
 //!
 //! [`use_current_thread`]: crate::ThreadPoolBuilder::use_current_thread
 
@@ -34,38 +37,55 @@ pub fn borrow(seed: WorkerSeed, registry: Arc<Registry>, segment_size: usize) {
     BORROWED.with(|b| *b.borrow_mut() = Some(Box::new(worker)));
 }
 
-/// The worker index of the calling thread as a borrowed worker, if it is one.
+/// The worker index of the calling thread as a borrowed worker outside a call, if it is one.
 pub fn index() -> Option<usize> {
     with_worker(|w| w.index())
 }
 
-/// The pool the calling thread is a borrowed worker of, if any.
+/// The pool the calling thread is a borrowed worker of, outside a call, if any.
 pub fn registry() -> Option<Arc<Registry>> {
     with_worker(|w| w.registry().clone())
 }
 
 fn with_worker<T>(f: impl FnOnce(&WorkerThread) -> T) -> Option<T> {
-    BORROWED
-        .try_with(|b| b.borrow().as_deref().map(f))
-        .ok()
-        .flatten()
+    // SAFETY: see `outside_call`; `f` runs before this thread could drop the state.
+    outside_call().map(|ptr| f(unsafe { &*ptr }))
+}
+
+/// The calling thread's borrowed worker state, if it is a borrowed worker outside a call, of a
+/// pool that has not terminated. The state of a terminated pool is dropped here (see the module
+/// doc). The pointer stays valid until the thread's exit or a later look that finds its pool
+/// terminated with the thread outside every call: never while a call holds it.
+fn outside_call() -> Option<*const WorkerThread> {
+    if WorkerThread::current().is_some() {
+        return None;
+    }
+    let (stale, live) = BORROWED
+        .try_with(|b| {
+            let mut b = b.borrow_mut();
+            match b.as_deref() {
+                Some(w) if w.registry().has_terminated() => (b.take(), None),
+                w => (None, w.map(|w| w as *const WorkerThread)),
+            }
+        })
+        .unwrap_or((None, None));
+    // Dropped outside the thread-local's borrow: the registry may go with it.
+    drop(stale);
+    live
 }
 
 /// Runs `f(worker, value)` with the calling thread entered as its pool's worker 0, if it is a
-/// borrowed worker outside a call, of the pool `pool` (any, if `None`); else hands `value`
-/// back. On the way out (also when `f` unwinds) the thread's jobs go to the injector.
+/// borrowed worker outside a call, of the pool `pool` (any, if `None`), and that pool has not
+/// terminated; else hands `value` back. On the way out (also when `f` unwinds) the thread's
+/// jobs go to the injector.
 pub fn enter<T, R>(
     pool: Option<usize>,
     value: T,
     f: impl FnOnce(&WorkerThread, T) -> R,
 ) -> Result<R, T> {
-    let ptr = BORROWED
-        .try_with(|b| b.borrow().as_deref().map(|w| w as *const WorkerThread))
-        .ok()
-        .flatten();
-    // SAFETY: the box stays in the thread-local until `release` (which refuses while the
-    // thread is inside a call, as it is from here on) or the thread's exit.
-    let Some(worker) = ptr.map(|ptr| unsafe { &*ptr }) else {
+    // SAFETY: the box stays in the thread-local until a look outside every call drops it (see
+    // `outside_call`), and the thread is inside a call from here on.
+    let Some(worker) = outside_call().map(|ptr| unsafe { &*ptr }) else {
         return Err(value);
     };
     if pool.is_some_and(|id| id != worker.registry().id()) {
@@ -88,32 +108,29 @@ pub fn with_here<T>(pool: Option<usize>, f: impl FnOnce(Option<&WorkerThread>) -
 }
 
 /// Leaves a call: hands the thread's jobs over (its deque's, and the broadcast jobs pinned to
-/// it, which then run on other workers) and makes it a plain thread again.
+/// it, which then run on other workers) and makes it a plain thread again. If the pool has
+/// terminated meanwhile (dropped on another thread), its other workers may have drained it and
+/// exited already: the thread drains it too, as they did before they stopped, so that what it
+/// handed over runs. (The check follows the hand-over, whose pushes end with a SeqCst fence, and
+/// a worker drains after its SeqCst look at the flag and the fence of its inbox's closing: so
+/// either this thread sees the flag, or those workers see the jobs.)
 struct Leave<'a>(&'a WorkerThread);
 
 impl Drop for Leave<'_> {
     fn drop(&mut self) {
-        self.0.registry().inboxes().close(self.0.index());
-        self.0.hand_over_local_jobs();
+        let worker = self.0;
+        worker.registry().inboxes().close(worker.index());
+        worker.hand_over_local_jobs();
+        if worker.registry().has_terminated() {
+            worker.drain();
+        }
         set_current_worker(std::ptr::null());
     }
 }
 
-/// Ends the calling thread's service as worker 0 of pool `pool` (dropped or never installed),
-/// unless it is inside a call (then it ends with the thread).
-pub fn release(pool: usize) {
-    if WorkerThread::current().is_some() {
-        return;
-    }
-    let worker = BORROWED
-        .try_with(|b| {
-            let mut b = b.borrow_mut();
-            match b.as_ref() {
-                Some(w) if w.registry().id() == pool => b.take(),
-                _ => None,
-            }
-        })
-        .ok()
-        .flatten();
-    drop(worker);
+/// Ends the calling thread's service as worker 0 of a pool that has terminated, if it is one
+/// and outside every call (inside one, it ends at the first look after the call): for the
+/// thread that drops a pool, so that its state goes with the pool.
+pub fn release() {
+    let _ = outside_call();
 }

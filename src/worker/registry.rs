@@ -130,6 +130,13 @@ impl Registry {
         self.sleep.wake_all();
     }
 
+    /// Whether the pool was asked to terminate ([`Registry::terminate`]): it was dropped, and its
+    /// workers exit once they find no queued work.
+    pub fn has_terminated(&self) -> bool {
+        // SeqCst: pairs with `terminate`'s store, as the workers' `done` checks do.
+        self.terminating.load(Ordering::SeqCst)
+    }
+
     /// A snapshot of the pool's statistics.
     pub fn stats(&self) -> Stats {
         self.counters.snapshot(&self.tokens)

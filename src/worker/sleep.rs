@@ -18,6 +18,13 @@
 //! to be, running its wait loop again, which looks for work before it could sleep again. A worker
 //! that leaves `sleep` without being woken takes itself out of `sleepers`.
 //!
+//! A wake-up for work goes to one blocked worker, which may not take that work: its wait may end
+//! first (its condition came true meanwhile), or run other work that was never announced (its
+//! own private half, a pinned job). A worker that goes on running pool work looks again at its
+//! next wait, so the work waits at most that long. A thread that stops running pool work for
+//! good (the builder's thread of `use_current_thread` leaving a call) passes the wake-up on as
+//! it stops ([`Sleep::pass_on`]): else the work would wait for a wake-up that was spent.
+//!
 //! A thread that makes work available calls [`Sleep::new_work`] after publishing it: if anyone
 //! counts as a sleeper it bumps `announcements` and wakes one blocked worker. A worker that
 //! pushed to its own deque calls [`Sleep::new_local_work`], the same without the fence (see
@@ -159,6 +166,16 @@ impl Sleep {
         // of the handshake).
         fence(Ordering::SeqCst);
         self.announce();
+    }
+
+    /// The calling thread, a worker woken by this pool's sleep at some point, stops running pool
+    /// work (see the module doc): if `has_work` says work is left in the pool's queues, announces
+    /// it as [`Sleep::new_work`] does, for the wake-up this worker may have spent. The work the
+    /// spent wake-up announced was published before it, so `has_work` sees it (or its taker).
+    pub fn pass_on(&self, has_work: impl Fn() -> bool) {
+        if has_work() {
+            self.new_work();
+        }
     }
 
     /// Work was pushed to the calling worker's own deque: wakes a sleeper to steal it if one is

@@ -362,8 +362,9 @@ impl WorkerThread {
     }
 
     /// Moves every job of this worker's deque and of its (closed) broadcast inbox to the
-    /// injector, where any worker finds it: for a thread that stops running pool work for a
-    /// while (`borrowed`), so that no job waits for it to come back.
+    /// injector, where any worker finds it, and passes on a wake-up for work it may have spent
+    /// without taking that work (`Sleep::pass_on`): for a thread that stops running pool work
+    /// for a while (`borrowed`), so that no job waits for it to come back.
     pub fn hand_over_local_jobs(&self) {
         while let Some(job) = self.deque.pop() {
             self.registry.inject(job);
@@ -372,6 +373,7 @@ impl WorkerThread {
         while let Some(job) = self.take_pinned() {
             self.registry.inject(job);
         }
+        self.registry.sleep.pass_on(|| self.has_work());
     }
 }
 

@@ -12,7 +12,7 @@ use crate::admission::token::Lender;
 use crate::base::job_ref::JobRef;
 use crate::base::pacing::{Pacing, STEAL_BACKOFF};
 use crate::base::stack::Headroom;
-use crate::base::sync::{thread, Arc, Ordering};
+use crate::base::sync::{thread, Arc};
 use crate::worker::registry::{Registry, WorkerSeed};
 use crate::worker::thread::{set_current_worker, WorkerThread};
 
@@ -237,6 +237,16 @@ impl WorkerThread {
         true
     }
 
+    /// Not a wait: runs every job this worker finds, until it finds none. The last work of a
+    /// worker of a terminated pool, its inbox closed (`main_loop`; the builder's thread of
+    /// `use_current_thread` leaving a call: `borrowed`), so that the queued work finishes.
+    pub fn drain(&self) {
+        while let Some(job) = self.find_work() {
+            // SAFETY: jobs in the queues are alive and run once, on a worker of their pool.
+            unsafe { job.run() };
+        }
+    }
+
     /// Runs `wait`, a wait of the current job's spawn for its admission, with that job marked as
     /// admitting (see [`WorkerThread::runs_as_part_of`]).
     #[inline]
@@ -296,14 +306,10 @@ pub fn main_loop(
     set_current_worker(&worker);
     on_start(worker.index);
     // Wait site "idle worker": context (this pool, no job), policy AnyAdmitted.
-    // SeqCst: pairs with `terminate`'s store (see `Sleep`).
-    worker.wait_until(|| worker.registry.terminating.load(Ordering::SeqCst));
+    worker.wait_until(|| worker.registry.has_terminated());
     // broadcast: from here on a job pinned to this worker may run where it lands instead.
     worker.registry.inboxes.close(worker.index);
-    while let Some(job) = worker.find_work() {
-        // SAFETY: as in `wait_until`.
-        unsafe { job.run() };
-    }
+    worker.drain();
     on_exit(worker.index);
     set_current_worker(ptr::null());
 }

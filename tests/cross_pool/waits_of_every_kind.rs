@@ -405,18 +405,14 @@ fn random_trees_with_streams_try_scopes_and_broadcasts_across_pools() {
     run_trees(base, trees, 1);
 }
 
-/// FINDING (release and `--cfg treepool_chaos` + ASan, about 1 run in 30–50 of this tree): tree 0xcafe08cb on pool set 0xcafe08ca (pool 0 = the runner's thread as worker 0 via
-/// `use_current_thread` + 2 workers, cap 3; pool 1 = 2 threads/cap 2; pool 2 = 3 threads/cap 4)
-/// ends with one detached job of pool 0 admitted and never run: pool 0 stays at
-/// `inflight 1, executing 1, tokens_in_use 1` while every worker of every pool sleeps in its
-/// idle wait (gdb: all in `main_loop` → `wait` → `sleep_in`) and the runner's thread is
-/// outside every call. It is not in the runner's own deque (`current_thread_has_pending_tasks`
-/// says false, and entering and leaving pool 0 does not run it), yet a wake-up nudge (a job
-/// injected into every pool from a plain thread) runs it at once: a lost wake-up, with the job
-/// somewhere a woken worker finds it (the injector or a deque it steals from). Also fails on
-/// 9d75117, also without chaos (release, about 1 run in 50 of this tree).
+/// Tree 0xcafe08cb of pool set 0xcafe08ca (pool 0 = the runner's thread as worker 0 via
+/// `use_current_thread` + 2 workers, cap 3), repeated: it left about 1 run in 30–50 a detached
+/// job of pool 0 in its injector while every worker slept. The wake-up for that job had gone to
+/// the runner's thread, asleep in a wait inside a call, whose wait then ended without the job
+/// and which left the call: a thread that stops running pool work passes such a wake-up on
+/// (`Sleep::pass_on`; loom model `a_leaving_worker_passes_a_spent_wake_up_on`). Checks that
+/// every detached job runs.
 #[test]
-#[ignore = "known bug (pre-existing): a detached job of a use_current_thread pool is left unrun, a lost wake-up"]
 fn borrowed_pool_tree_0xcafe08cb_runs_all_its_detached_jobs() {
     let repeat = env_u64("TREEPOOL_REVIEW_REPEAT", 150);
     run_trees(0xcafe_08ca, 2, repeat);
@@ -795,25 +791,29 @@ fn one_thread_stats_are_deterministic() {
     });
 }
 
-/// FINDING (pre-existing, also on 9d75117): a `use_current_thread` pool is `Send`; dropped on
-/// another thread, its builder's thread stays worker 0 of the terminated pool
-/// (`borrowed::release` in `ThreadPool::drop` runs on the dropping thread's thread-local only).
-/// A free `spawn` from the builder's thread then goes into the dead pool: admitted, handed to
-/// its injector when the call leaves (`Leave`), and never run by anyone (nor dropped: its
-/// closure leaks). Expected: the job runs (the thread is a plain thread again and the global
-/// pool takes it, or the dropped pool drains it).
+/// A pool of two threads, the calling thread as worker 0 (`use_current_thread`), and where its
+/// exit handler reports the index of each worker that exits (worker 1 only: the handlers do not
+/// run for the builder's thread).
+fn two_threads_with_this_one() -> (treepool::ThreadPool, mpsc::Receiver<usize>) {
+    let (exited_tx, exited) = mpsc::channel();
+    let exited_tx = Mutex::new(exited_tx);
+    let pool = treepool::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .use_current_thread()
+        .exit_handler(move |i| exited_tx.lock().unwrap().send(i).unwrap())
+        .build()
+        .unwrap();
+    (pool, exited)
+}
+
+/// A `use_current_thread` pool is `Send`; dropped on another thread, it leaves its builder's
+/// thread a plain thread again (`borrowed::release` there cannot reach this thread's state: the
+/// rule is that a terminated pool has no borrowed worker). A free `spawn` from the builder's
+/// thread then runs in the global pool; it used to go into the dead pool and never run.
 #[test]
-#[ignore = "known bug (pre-existing): the builder's thread stays worker 0 of its pool dropped elsewhere"]
 fn builders_thread_spawns_after_its_pool_was_dropped_elsewhere() {
     common::isolated!(60, || {
-        let (exited_tx, exited) = mpsc::channel();
-        let exited_tx = Mutex::new(exited_tx);
-        let pool = treepool::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .use_current_thread()
-            .exit_handler(move |i| exited_tx.lock().unwrap().send(i).unwrap())
-            .build()
-            .unwrap();
+        let (pool, exited) = two_threads_with_this_one();
         assert_eq!(pool.install(|| 1 + 1), 2);
         std::thread::spawn(move || drop(pool)).join().unwrap();
         // Worker 1 (the pool's one thread of its own) has exited.
@@ -982,23 +982,40 @@ fn build_scoped_with_the_current_thread_releases_it() {
     },);
 }
 
-/// Passing probe, the companion of `builders_thread_spawns_after_its_pool_was_dropped_elsewhere`:
-/// the builder's thread, still worker 0 of its dropped pool, runs its own calls there (a
-/// `join`, a `scope` with spawns, a `broadcast` whose job for the exited worker 1 runs where it
-/// lands); only detached spawns are lost.
+/// A `use_current_thread` pool dropped on another thread while its builder's thread is inside
+/// a call, after the pool's other worker has exited: a detached job spawned in that call, still
+/// in the thread's own deque when the call returns, runs (the thread drains the terminated pool
+/// as it leaves the call, as every worker of a dropped pool drains it before it exits).
+#[test]
+fn builders_thread_in_a_call_while_its_pool_is_dropped_elsewhere() {
+    common::isolated!(60, || {
+        let (pool, exited) = two_threads_with_this_one();
+        let (tx, rx) = mpsc::channel();
+        treepool::scope(move |_| {
+            assert_eq!(treepool::current_thread_index(), Some(0));
+            std::thread::spawn(move || drop(pool)).join().unwrap();
+            assert_eq!(exited.recv_timeout(Duration::from_secs(10)), Ok(1));
+            treepool::spawn(move || tx.send(()).unwrap());
+        });
+        rx.recv_timeout(Duration::from_secs(10)).expect(
+            "a spawn of the builder's thread in a call, while its pool was dropped on another \
+             thread, never ran",
+        );
+        assert_eq!(treepool::current_thread_index(), None);
+    },);
+}
+
+/// The companion of `builders_thread_spawns_after_its_pool_was_dropped_elsewhere`: after its
+/// pool was dropped on another thread, the builder's thread is no worker (index `None`), its
+/// calls (a `join`, a `scope` with spawns, a `broadcast`) run in the global pool, and it may
+/// build a `use_current_thread` pool again.
 #[test]
 fn builders_thread_calls_after_its_pool_was_dropped_elsewhere() {
     common::isolated!(60, || {
-        let (exited_tx, exited) = mpsc::channel();
-        let exited_tx = Mutex::new(exited_tx);
-        let pool = treepool::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .use_current_thread()
-            .exit_handler(move |i| exited_tx.lock().unwrap().send(i).unwrap())
-            .build()
-            .unwrap();
+        let (pool, exited) = two_threads_with_this_one();
         std::thread::spawn(move || drop(pool)).join().unwrap();
         assert_eq!(exited.recv_timeout(Duration::from_secs(10)), Ok(1));
+        assert_eq!(treepool::current_thread_index(), None);
         assert_eq!(treepool::join(|| 1, || 2), (1, 2));
         let hits = AtomicUsize::new(0);
         treepool::scope(|s| {
@@ -1009,6 +1026,15 @@ fn builders_thread_calls_after_its_pool_was_dropped_elsewhere() {
             }
         });
         assert_eq!(hits.into_inner(), 10);
-        assert_eq!(treepool::broadcast(|ctx| ctx.index()), [0, 1]);
+        let global: Vec<usize> = (0..treepool::current_num_threads()).collect();
+        assert_eq!(treepool::broadcast(|ctx| ctx.index()), global);
+        let again = treepool::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .use_current_thread()
+            .build()
+            .expect("the thread is no worker any more");
+        assert_eq!(treepool::current_thread_index(), Some(0));
+        drop(again);
+        assert_eq!(treepool::current_thread_index(), None);
     },);
 }

@@ -31,6 +31,8 @@
 //! * if `wake_one` does not pass by a worker that sleeps aside: model (f) deadlocks;
 //! * if the waker of an aside sleeper takes it out of `sleepers`: model (e) fails "a worker
 //!   left sleep twice".
+//! * if a worker that stops running pool work does not pass on a wake-up it spent
+//!   (`Sleep::pass_on` left out): model (g) deadlocks.
 //!
 //! # What is assumed
 //!
@@ -169,23 +171,8 @@ fn two_pushes_wake_two_sleepers() {
 
 /// Worker `index` sleeps until it takes one of `jobs`.
 fn take_one(sleep: &Sleep, index: usize, jobs: &AtomicUsize) {
-    let has_work = || {
-        // SeqCst fence: as in `has_work` above.
-        fence(Ordering::SeqCst);
-        jobs.load(Ordering::Acquire) > 0
-    };
-    loop {
-        let n = jobs.load(Ordering::Acquire);
-        if n > 0 {
-            if jobs
-                .compare_exchange(n, n - 1, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                return;
-            }
-            continue;
-        }
-        sleep.sleep(index, has_work, || false);
+    while !try_take(jobs) {
+        sleep.sleep(index, || has_jobs(jobs), || false);
     }
 }
 
@@ -250,4 +237,78 @@ fn new_work_passes_an_aside_sleeper_by() {
         aside.join().unwrap();
         assert_eq!(sleep.sleepers(), 0);
     });
+}
+
+/// Model (g): worker 0 is the builder's thread of `use_current_thread` in a call: it waits by
+/// the rule until its latch is set (running a job if it finds one), then leaves the call and
+/// runs no pool work any more, passing on a wake-up it may have spent (`Sleep::pass_on`, as
+/// `WorkerThread::hand_over_local_jobs` does). Worker 1 sleeps for work. A third thread pushes a
+/// job (`new_work()`), then sets worker 0's latch. With both workers blocked, the announcement
+/// wakes worker 0, whose wait may then see its latch set and end without the job: the job must
+/// still reach worker 1.
+#[test]
+fn a_leaving_worker_passes_a_spent_wake_up_on() {
+    model(Some(2), || {
+        let sleep = Arc::new(Sleep::new(2));
+        let jobs = Arc::new(AtomicUsize::new(0));
+        let latch = Arc::new(AtomicBool::new(false));
+        // Set for worker 1 once worker 0 took the job itself (then no job is left for it).
+        let stop = Arc::new(AtomicBool::new(false));
+
+        let pusher = {
+            let (sleep, jobs, latch) = (sleep.clone(), jobs.clone(), latch.clone());
+            thread::spawn(move || {
+                jobs.fetch_add(1, Ordering::Release);
+                sleep.new_work();
+                latch.store(true, Ordering::Release);
+                sleep.wake_worker(0);
+            })
+        };
+        let worker1 = {
+            let (sleep, jobs, stop) = (sleep.clone(), jobs.clone(), stop.clone());
+            thread::spawn(move || {
+                let done = || stop.load(Ordering::Acquire);
+                while !done() && !try_take(&jobs) {
+                    sleep.sleep(1, || has_jobs(&jobs), done);
+                }
+            })
+        };
+        let done = || latch.load(Ordering::Acquire);
+        let mut took = false;
+        while !done() {
+            if try_take(&jobs) {
+                took = true;
+                continue;
+            }
+            sleep.sleep(0, || has_jobs(&jobs), done);
+        }
+        sleep.pass_on(|| has_jobs(&jobs));
+        pusher.join().unwrap();
+        if took {
+            stop.store(true, Ordering::Release);
+            sleep.wake_worker(1);
+        }
+        worker1.join().unwrap();
+        assert_eq!(jobs.load(Ordering::Acquire), 0);
+        assert_eq!(sleep.sleepers(), 0);
+    });
+}
+
+/// Whether `jobs` holds a job, read as `WorkerThread::has_work` does.
+fn has_jobs(jobs: &AtomicUsize) -> bool {
+    // SeqCst fence: as in `has_work` above.
+    fence(Ordering::SeqCst);
+    jobs.load(Ordering::Acquire) > 0
+}
+
+/// Takes one of `jobs` if there is one.
+fn try_take(jobs: &AtomicUsize) -> bool {
+    let mut n = jobs.load(Ordering::Acquire);
+    while n > 0 {
+        match jobs.compare_exchange(n, n - 1, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return true,
+            Err(now) => n = now,
+        }
+    }
+    false
 }
