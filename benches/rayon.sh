@@ -114,21 +114,6 @@ treepool's `Stats` for the global pool after a process, the largest over the rou
 print("\n".join(rows))
 PY
 )
-begin='<!-- rayon-programs: begin (benches/rayon.sh writes this part) -->'
-end='<!-- rayon-programs: end -->'
-if [[ $OUT == - ]]; then
-    printf '%s\n' "$section"
-    exit 0
-fi
-if ! grep -qF "$begin" "$OUT"; then
-    printf '\n## Rayon programs on treepool (issue 26)\n\n%s\n%s\n' "$begin" "$end" >>"$OUT"
-fi
-python3 - "$OUT" "$begin" "$end" "$section" <<'PY'
-import sys
-path, begin, end, section = sys.argv[1:]
-text = open(path).read()
-head, rest = text.split(begin, 1)
-_, tail = rest.split(end, 1)
-open(path, "w").write(f"{head}{begin}\n{section}\n{end}{tail}")
-PY
-echo "wrote the rayon programs' table into $OUT" >&2
+printf '%s\n' "$section" |
+    python3 benches/common/doc_section.py "$OUT" "Rayon programs on treepool (issue 26)" \
+        rayon-programs benches/rayon.sh

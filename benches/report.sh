@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs treepool's benchmark suite (issue 4) and regenerates docs/benchmarks.md.
+# Runs treepool's benchmark suite (issue 4) and regenerates its part of docs/benchmarks.md (between
+# the markers `<!-- suite: begin ... -->` and `<!-- suite: end -->`; other scripts write the rest).
 #
 #   benches/report.sh                      # full run (criterion defaults), both thread settings
 #   TREEPOOL_BENCH_QUICK=1 benches/report.sh   # smoke run: ~0.25 s per function, 1 memory run
@@ -168,10 +169,11 @@ except OSError:
 
 md = []
 w = md.append
-w("# treepool benchmarks\n")
-w("Regenerate this file with `benches/report.sh` (it runs every bench target in `benches/`, "
-  "then rewrites this file). `TREEPOOL_BENCH_QUICK=1 benches/report.sh` is a smoke run with "
-  "very short measurement times; `TREEPOOL_REPORT_SKIP_RUN=1` rebuilds the file from the last "
+w("Regenerate this part of the file with `benches/report.sh` (it runs every bench target in "
+  "`benches/`, then rewrites what stands between this part's two markers; the sections after "
+  "them are written by their own scripts, and the measurement notes are in "
+  "docs/benchmarks-notes.md). `TREEPOOL_BENCH_QUICK=1 benches/report.sh` is a smoke run with "
+  "very short measurement times; `TREEPOOL_REPORT_SKIP_RUN=1` rebuilds the part from the last "
   "results; `TREEPOOL_REPORT_THREADS=\"2 max\"` picks the pool sizes (`max` = "
   "`nproc`), `TREEPOOL_BENCH_CAPS=1,2,4,8,16,64` the `max_inflight` sweep. "
   "Single workloads: `cargo bench --bench <name>` with `join_tree`, `fib`, `quicksort`, "
@@ -520,14 +522,14 @@ for name, label in (("indexer", "peak files"), ("producer", "peak items")):
 if not any_sweep:
     w("No sweep results (set `TREEPOOL_BENCH_CAPS`).\n")
 
-notes = out.parent / "benchmarks-notes.md"
-if notes.exists():
-    w(notes.read_text())
-
 if stale_seen:
     w("> Note: these results predate this run (left from an earlier one): "
       + ", ".join(sorted(set(stale_seen))) + "\n")
 
-out.write_text("\n".join(md).rstrip() + "\n")
-print(f"wrote {out}")
+# Only this script's part of the file is replaced: the sections other scripts write (and the
+# title) stay as they are.
+subprocess.run(
+    ["python3", "benches/common/doc_section.py", str(out), "treepool benchmarks", "suite",
+     "benches/report.sh"],
+    input="\n".join(md).rstrip() + "\n", text=True, check=True)
 PY
