@@ -89,7 +89,7 @@
 //! warm. Neither prototype is kept: more threads is the simplest design that
 //! wins, so that is the default. Every figure above is from the same session,
 //! with other people compiling on the machine, so compare rows, not runs. In
-//! the full run of `benches/dirhash.sh` (docs/benchmarks.md) the defaults took
+//! the full run of `benches/dirhash.sh` (docs/benchmarks-notes.md) the defaults took
 //! 3.1 s cold, 0.34× the b3sum pipeline's 8.7 s and 0.60× the 5.1 s of
 //! `xargs -P16 b3sum`, where one thread per core took 6.8 s; warm, 0.61 s,
 //! 0.45× the pipeline's 1.31 s (one thread per core: 0.64 s, 0.47×).

@@ -58,7 +58,7 @@
 //! `deflate_slow` with zlib's rolling hash and zlib's parameters at `-4` …
 //! `-9` (within 0.2 % of pigz's size), `deflate_fast` at `-1` … `-3` (within
 //! 0.5 % on machine code, smaller than pigz's on text). Measured sizes and
-//! times: `docs/benchmarks.md` ("CPU pipelines").
+//! times: `docs/benchmarks-notes.md` ("CPU pipelines").
 //!
 //! # Memory
 //!
@@ -82,7 +82,7 @@
 //! where 4 MiB is the binary, the runtime and the pool's threads (a run on an
 //! empty input peaks at 3.5 MiB). With the defaults on 2 threads (W = 8,
 //! B = 128 KiB) that is 7.4 MiB; the benchmark's runs stay under it
-//! (`docs/benchmarks.md`, "CPU pipelines"), and `tests/pgz.rs` (`bounded_rss`) checks it on
+//! (`docs/benchmarks-notes.md`, "CPU pipelines"), and `tests/pgz.rs` (`bounded_rss`) checks it on
 //! 32 MiB for several W, B and p with the hidden `--peak-rss`, which prints
 //! the process's own peak (VmHWM) on stderr at the end. pgz also sets glibc's
 //! `M_MMAP_THRESHOLD` to 64 KiB ([`big_buffers_from_mmap`]), so that each
