@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod builders_thread_races_a_drop_elsewhere;
 mod calls;
 mod deferred_spawns_and_cycles;
 mod in_place_scopes;

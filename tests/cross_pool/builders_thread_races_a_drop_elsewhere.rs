@@ -1,0 +1,89 @@
+//! The builder's thread of a `use_current_thread` pool making free calls while the pool is
+//! dropped on another thread at a random moment: each call must finish, in the pool (before
+//! the drop) or in the global pool (after it), never in the terminated pool once its workers
+//! have exited.
+//!
+//! One-thread pools: the builder's thread is the pool's only worker, so a job left in the
+//! terminated pool has nobody to run it, and a call that waits for one hangs (the watchdog
+//! fails the test).
+
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+
+use crate::common::{watchdog, Rng};
+
+/// Trials: pools built, each dropped elsewhere while the builder's thread calls in a loop.
+const TRIALS: u64 = 4000;
+
+/// Runs `call` on the builder's thread of a fresh one-thread `use_current_thread` pool, over and
+/// over, while another thread drops the pool after a random spin; `TRIALS` times. A hang fails
+/// the test with the number of the trial that hung.
+fn race_calls_with_drops(seed: u64, call: fn()) {
+    let trial = Arc::new(AtomicU64::new(0));
+    let watched = trial.clone();
+    let race = move || {
+        let (to_dropper, pools) = mpsc::channel::<treepool::ThreadPool>();
+        let dropper = std::thread::spawn(move || {
+            let mut rng = Rng::new(seed);
+            for pool in pools {
+                for _ in 0..rng.range(0, 4000) {
+                    std::hint::spin_loop();
+                }
+                drop(pool);
+            }
+        });
+        for i in 0..TRIALS {
+            // Relaxed: a progress count, read after the watchdog gave up.
+            watched.store(i, Ordering::Relaxed);
+            let pool = treepool::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .use_current_thread()
+                .build()
+                .expect("the thread is no worker");
+            to_dropper.send(pool).unwrap();
+            while treepool::current_thread_index() == Some(0) {
+                call();
+            }
+        }
+        drop(to_dropper);
+        dropper.join().unwrap();
+    };
+    if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| watchdog(30, race))) {
+        // Relaxed: as the store.
+        let hung = trial.load(Ordering::Relaxed);
+        eprintln!("trial {hung} of {TRIALS} did not finish");
+        panic::resume_unwind(payload);
+    }
+}
+
+/// `treepool::broadcast` looks at the borrowed state twice (`current_registry`, then
+/// `borrowed::enter` in `in_pool`): a drop between the two looks must not leave the call
+/// waiting for a root job injected into the terminated pool.
+#[test]
+fn builders_thread_broadcasts_while_its_pool_is_dropped_elsewhere() {
+    race_calls_with_drops(0xb0ad, || {
+        let ran = treepool::broadcast(|ctx| ctx.index());
+        assert!(!ran.is_empty());
+    });
+}
+
+/// `treepool::in_place_scope` with a spawn: as the broadcast, two looks; its spawn must run.
+#[test]
+fn builders_thread_opens_in_place_scopes_while_its_pool_is_dropped_elsewhere() {
+    race_calls_with_drops(0x5c0b, || {
+        let mut hit = false;
+        treepool::in_place_scope(|s| s.spawn(|_| hit = true));
+        assert!(hit);
+    });
+}
+
+/// The control (a single look per call): `treepool::scope` with a spawn.
+#[test]
+fn builders_thread_opens_scopes_while_its_pool_is_dropped_elsewhere() {
+    race_calls_with_drops(0x5c0c, || {
+        let mut hit = false;
+        treepool::scope(|s| s.spawn(|_| hit = true));
+        assert!(hit);
+    });
+}
