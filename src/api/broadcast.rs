@@ -11,7 +11,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use crate::api::pool::{current_registry, detached_job, install_in, ThreadPool};
+use crate::api::pool::{detached_job, in_current_pool, install_in, ThreadPool};
 use crate::api::scope::{scope_in_worker, Order, Scope, ScopeHandle};
 use crate::api::scope_fifo::ScopeFifo;
 use crate::base::sync::Arc;
@@ -88,7 +88,7 @@ where
     OP: Fn(BroadcastContext<'_>) -> R + Sync,
     R: Send,
 {
-    install_in(&current_registry(), |worker| broadcast_here(worker, &op))
+    in_current_pool(|registry| install_in(registry, |worker| broadcast_here(worker, &op)))
 }
 
 /// Spawns `op` on every thread of the current worker's pool (else of the global pool), once on
@@ -110,7 +110,7 @@ pub fn spawn_broadcast<OP>(op: OP)
 where
     OP: Fn(BroadcastContext<'_>) + Send + Sync + 'static,
 {
-    spawn_broadcast_in(&current_registry(), op);
+    in_current_pool(|registry| spawn_broadcast_in(registry, op));
 }
 
 impl ThreadPool {

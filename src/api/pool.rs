@@ -320,13 +320,17 @@ pub(crate) fn detached_job<F: FnOnce() + Send + 'static>(
     HeapJob::new(lender, body, std::ptr::null())
 }
 
-/// The pool a free function called on this thread targets: the calling worker's, else the pool
-/// whose worker 0 the thread is ([`use_current_thread`](ThreadPoolBuilder::use_current_thread)),
-/// else the global pool.
-pub(crate) fn current_registry() -> Arc<Registry> {
+/// Runs `f` with the pool a free function called on this thread targets: the calling worker's;
+/// else the pool whose worker 0 the thread is ([`use_current_thread`](ThreadPoolBuilder::use_current_thread)),
+/// the thread entered as that worker for the length of `f`; else the global pool. The thread's
+/// borrowed state is looked at once: between two looks its pool could be dropped on another
+/// thread, and a call made with the first look's pool after the second found it terminated
+/// would go into a pool whose workers have exited.
+pub(crate) fn in_current_pool<R>(f: impl FnOnce(&Arc<Registry>) -> R) -> R {
     match WorkerThread::current() {
-        Some(worker) => worker.registry().clone(),
-        None => borrowed::registry().unwrap_or_else(|| global_registry().clone()),
+        Some(worker) => f(worker.registry()),
+        None => borrowed::enter(None, f, |worker, f| f(worker.registry()))
+            .unwrap_or_else(|f| f(global_registry())),
     }
 }
 

@@ -11,7 +11,7 @@
 //! a pool while the waiting thread could hold a token of another one (design §2.3, §4.5).
 
 use crate::api::pool::{
-    current_registry, detached_job, from_outside_jobs, spawn_from_here, ThreadPool,
+    detached_job, from_outside_jobs, in_current_pool, spawn_from_here, ThreadPool,
 };
 use crate::api::scope::{run_scope, Order, Scope, ScopeHandle};
 use crate::base::sync::Arc;
@@ -187,7 +187,7 @@ pub fn in_place_scope<'scope, OP, R>(op: OP) -> R
 where
     OP: FnOnce(&Scope<'scope>) -> R,
 {
-    in_place_in(&current_registry(), op)
+    in_current_pool(|registry| in_place_in(registry, op))
 }
 
 /// [`in_place_scope`] with a [`ScopeFifo`] (rayon-core's `in_place_scope_fifo`): the body runs on
@@ -198,7 +198,7 @@ pub fn in_place_scope_fifo<'scope, OP, R>(op: OP) -> R
 where
     OP: FnOnce(&ScopeFifo<'scope>) -> R,
 {
-    in_place_fifo_in(&current_registry(), op)
+    in_current_pool(|registry| in_place_fifo_in(registry, op))
 }
 
 /// Spawns a detached job on the current worker's pool (else the global pool), to run after the
