@@ -62,9 +62,7 @@ fn race_calls_with_drops(seed: u64, call: fn()) {
     }
 }
 
-/// `treepool::broadcast` looks at the borrowed state twice (`current_registry`, then
-/// `borrowed::enter` in `in_pool`): a drop between the two looks must not leave the call
-/// waiting for a root job injected into the terminated pool.
+/// `treepool::broadcast` (its root job) must not wait in the terminated pool.
 #[test]
 fn builders_thread_broadcasts_while_its_pool_is_dropped_elsewhere() {
     race_calls_with_drops(0xb0ad, || {
@@ -73,7 +71,7 @@ fn builders_thread_broadcasts_while_its_pool_is_dropped_elsewhere() {
     });
 }
 
-/// `treepool::in_place_scope` with a spawn: as the broadcast, two looks; its spawn must run.
+/// `treepool::in_place_scope` with a spawn: its spawn must run.
 #[test]
 fn builders_thread_opens_in_place_scopes_while_its_pool_is_dropped_elsewhere() {
     race_calls_with_drops(0x5c0b, || {
@@ -83,7 +81,7 @@ fn builders_thread_opens_in_place_scopes_while_its_pool_is_dropped_elsewhere() {
     });
 }
 
-/// The control (a single look per call): `treepool::scope` with a spawn.
+/// `treepool::scope` with a spawn (it looked once before the fix too).
 #[test]
 fn builders_thread_opens_scopes_while_its_pool_is_dropped_elsewhere() {
     race_calls_with_drops(0x5c0c, || {
