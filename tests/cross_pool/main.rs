@@ -8,6 +8,7 @@ mod common;
 mod builders_thread_races_a_drop_elsewhere;
 mod calls;
 mod deferred_spawns_and_cycles;
+mod free_calls_pick_their_pool;
 mod in_place_scopes;
 mod trees_and_shapes;
 mod waits_of_every_kind;
