@@ -50,10 +50,9 @@ impl Registry {
         scope: *const CountLatch,
     ) {
         let own = self.own(here);
-        let slot = own.map_or(self.num_threads(), |w| w.index);
         // SAFETY: `lender` is valid until `job` is runnable (caller's contract); the reference
         // lives for this call only, which makes nothing runnable.
-        if self.try_admit_on(slot, unsafe { &*lender }) {
+        if self.try_admit_by(own, unsafe { &*lender }) {
             // SAFETY: the caller's contract.
             unsafe { count_in(scope) };
             self.make_runnable_on(own, job);
@@ -66,7 +65,9 @@ impl Registry {
         // `register_waiter`).
         match own {
             Some(worker) => worker.bump(Counter::AdmissionWaits),
-            None => self.counters.bump(slot, Counter::AdmissionWaits),
+            None => self
+                .counters
+                .bump(self.num_threads(), Counter::AdmissionWaits),
         }
         let registered = match own {
             Some(worker) => {
@@ -101,9 +102,19 @@ impl Registry {
             },
         };
         // Admitted on the spot, or queued from another pool's worker: nothing to wait for.
-        let Some(lender) = registered else { return };
+        if let Some(lender) = registered {
+            self.await_grant(here, lender);
+        }
+    }
+
+    /// The end of an admission that registered its job as a waiter: waits for the grant, then
+    /// settles the registration. Out of line, as `register_waiter` is: a spawn that waits in
+    /// the help-first loop runs jobs from `admit`'s frame, which deep trees nest once per level,
+    /// so what only this rare path needs must not make that frame bigger.
+    #[inline(never)]
+    fn await_grant(&self, here: Option<&WorkerThread>, lender: LenderRef) {
         let wait = || wait_on(here, || lender.admission().is_some());
-        match own {
+        match self.own(here) {
             Some(worker) => worker.while_admitting(wait),
             None => wait(),
         }
@@ -169,13 +180,13 @@ impl WorkerThread {
                 if counted {
                     registry.note_carried_in(self, lender(), how);
                 } else {
-                    registry.note_admitted(lender(), how);
+                    registry.note_admitted_by(Some(self), lender(), how);
                 }
                 break Helped::Admitted {
                     counted: self.handoff.passed.replace(false),
                 };
             }
-            if registry.try_admit_on(self.index, lender()) {
+            if registry.try_admit_by(Some(self), lender()) {
                 break Helped::Admitted { counted: false };
             }
         };

@@ -24,6 +24,7 @@ impl Registry {
     ///
     /// # Safety
     /// As for [`Registry::admit`]; `job` is not runnable yet, and `lender` not registered.
+    #[inline(never)]
     pub(super) unsafe fn register_waiter(
         &self,
         lender: *const Lender,

@@ -152,18 +152,6 @@ impl Registry {
         Lender::new(unsafe { parent.as_ref() })
     }
 
-    /// [`Registry::try_admit`] by the thread of counter row `slot`.
-    #[inline]
-    pub(super) fn try_admit_on(&self, slot: usize, lender: &Lender) -> bool {
-        match self.tokens.try_admit(lender) {
-            Some(how) => {
-                self.note_admitted_on(slot, lender, how);
-                true
-            }
-            None => false,
-        }
-    }
-
     /// Hands a detached job's panic to the pool's handler, or prints it. Never unwinds: a
     /// handler that panics is reported and its panic's payload leaked; the payload itself is
     /// dropped quietly (its `Drop` may panic); printing ignores a closed stderr.
@@ -183,13 +171,6 @@ impl Registry {
                 drop_quietly(payload);
             }
         }
-    }
-
-    /// [`Registry::note_admitted`] by the thread of counter row `slot`.
-    #[inline]
-    pub(super) fn note_admitted_on(&self, slot: usize, lender: &Lender, how: Admission) {
-        self.counters.bump(slot, admission_counter(how));
-        self.counters.job_admitted(lender.level());
     }
 
     /// Pushes an admitted job to the injector, where every worker looks for work.

@@ -20,7 +20,7 @@ use crate::base::wake::WakeTarget;
 use crate::worker::help_first::{CountHandoff, WaitingSpawn};
 use crate::worker::latch::CountLatch;
 use crate::worker::lazy::{PrivateHalves, RequestFlag};
-use crate::worker::registry::{Registry, WorkerSeed};
+use crate::worker::registry::{admission_counter, Registry, WorkerSeed};
 
 std::thread_local! {
     static WORKER: Cell<*const WorkerThread> = const { Cell::new(ptr::null()) };
@@ -410,7 +410,7 @@ impl Registry {
     /// Admits `lender` now if a token is free, counting it. No waiting.
     #[inline]
     pub fn try_admit(&self, lender: &Lender) -> bool {
-        self.try_admit_on(self.slot(), lender)
+        self.try_admit_by(self.own(WorkerThread::current()), lender)
     }
 
     /// Admits the root `lender`, started by a call from a job of another pool, on that call's
@@ -448,7 +448,37 @@ impl Registry {
 
     #[inline]
     pub(super) fn note_admitted(&self, lender: &Lender, how: Admission) {
-        self.note_admitted_on(self.slot(), lender, how);
+        self.note_admitted_by(self.own(WorkerThread::current()), lender, how);
+    }
+
+    /// [`Registry::try_admit`] by the calling thread, `own` if it is a worker of this pool.
+    #[inline]
+    pub(super) fn try_admit_by(&self, own: Option<&WorkerThread>, lender: &Lender) -> bool {
+        match self.tokens.try_admit(lender) {
+            Some(how) => {
+                self.note_admitted_by(own, lender, how);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// [`Registry::note_admitted`] by the calling thread, `own` if it is a worker of this pool
+    /// (which counts the event in its own row, found without a lookup).
+    #[inline]
+    pub(super) fn note_admitted_by(
+        &self,
+        own: Option<&WorkerThread>,
+        lender: &Lender,
+        how: Admission,
+    ) {
+        match own {
+            Some(worker) => worker.bump(admission_counter(how)),
+            None => self
+                .counters
+                .bump(self.num_threads(), admission_counter(how)),
+        }
+        self.counters.job_admitted(lender.level());
     }
 
     /// Pushes an admitted job: to the calling worker's deque if it is one of ours, else to the
