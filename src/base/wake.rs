@@ -33,6 +33,37 @@ pub enum WakeTarget {
 }
 
 impl WakeTarget {
+    /// The setter's rule: copies what waking the target needs, runs `publish` (after which the
+    /// target, and whatever holds it, may be freed by the waiter), and wakes the target if
+    /// `publish` returns true. A worker's index is copied as it is; only the other targets are
+    /// cloned (a reference count, a thread handle), so a setter that wakes a worker of its own
+    /// pool, the common case, copies one word and drops nothing.
+    ///
+    /// # Safety
+    /// `this` is valid until `publish` runs; it is not touched after.
+    #[inline]
+    pub unsafe fn wake_after(
+        this: *const Self,
+        publish: impl FnOnce() -> bool,
+        here: &impl WakeWorker,
+    ) {
+        // SAFETY: valid until `publish` (caller's contract); only copies are kept past it.
+        match unsafe { &*this } {
+            WakeTarget::Worker(index) => {
+                let index = *index;
+                if publish() {
+                    here.wake_worker(index);
+                }
+            }
+            other => {
+                let target = other.clone();
+                if publish() {
+                    target.wake(here);
+                }
+            }
+        }
+    }
+
     /// Wakes the target; `here` wakes the workers of the pool the setter belongs to.
     #[inline]
     pub fn wake(self, here: &impl WakeWorker) {

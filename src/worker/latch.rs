@@ -4,6 +4,8 @@
 //! it needs to wake the waiter *before* publishing the new state, and touch the latch no more
 //! after that, since the waiter may return and free it at once.
 
+use std::ptr;
+
 use crate::base::sync::{AtomicU8, AtomicUsize, Ordering};
 use crate::base::wake::WakeTarget;
 use crate::worker::sleep::Sleep;
@@ -60,11 +62,14 @@ impl Latch {
     }
 
     unsafe fn publish(this: *const Self, state: u8, here: &Sleep) {
-        // SAFETY: `this` is valid until the store below (caller's contract).
-        let target = unsafe { (*this).target.clone() };
-        // Release: publishes the job's result to the waiter's acquire in `probe`.
-        unsafe { (*this).state.store(state, Ordering::Release) };
-        target.wake(here);
+        let publish = || {
+            // SAFETY: `this` is valid until this store (caller's contract). Release: publishes
+            // the job's result to the waiter's acquire in `probe`.
+            unsafe { (*this).state.store(state, Ordering::Release) };
+            true
+        };
+        // SAFETY: `this` is valid until `publish` runs (caller's contract).
+        unsafe { WakeTarget::wake_after(ptr::addr_of!((*this).target), publish, here) };
     }
 }
 
@@ -109,12 +114,11 @@ impl CountLatch {
     /// # Safety
     /// `this` is valid now; once the count reaches zero the owner may free it.
     pub unsafe fn decrement(this: *const Self, here: &Sleep) {
-        // SAFETY: valid until the decrement below (caller's contract). A clone: the owner may
-        // free the latch as soon as the count is zero. (For a worker owner, a copied index.)
-        let owner = unsafe { (*this).owner.clone() };
-        // AcqRel: release this job's effects; acquire the others' for whoever reaches zero.
-        if unsafe { (*this).count.fetch_sub(1, Ordering::AcqRel) } == 1 {
-            owner.wake(here);
-        }
+        // SAFETY: `this` is valid until this decrement (caller's contract): the owner may free
+        // the latch as soon as the count is zero. AcqRel: release this job's effects; acquire
+        // the others' for whoever reaches zero.
+        let publish = || unsafe { (*this).count.fetch_sub(1, Ordering::AcqRel) } == 1;
+        // SAFETY: as above, `this` is valid until `publish` runs.
+        unsafe { WakeTarget::wake_after(ptr::addr_of!((*this).owner), publish, here) };
     }
 }
