@@ -802,7 +802,9 @@ fn bounded_rss() {
 /// (SIGSTOP) as soon as its temporary file is seen, so the signal lands
 /// mid-write; if a run finishes before that (also between the listing that saw
 /// the file and the stop: then its `big.gz` must be whole), it is tried again
-/// on a larger input.
+/// on a larger input. A loaded CI run once stopped the child between the
+/// temporary file's creation and its registration for the handler, which then
+/// left it behind; the file is now registered before it is created.
 #[test]
 fn sigterm_removes_the_temporary_file() {
     use std::os::unix::process::ExitStatusExt;

@@ -54,13 +54,19 @@ impl AtomicFile {
         tmp_name.push(name);
         tmp_name.push(format!(".pgz-{}.tmp", std::process::id()));
         let tmp = target.with_file_name(tmp_name);
+        // Registered before it exists: a fatal signal right after the create
+        // would otherwise find nothing to remove and leave the file behind.
+        // (Unlinking a name not created yet is harmless: it carries our PID.)
+        register(&tmp);
         let file = OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .open(&tmp)
-            .map_err(|e| ctx(e, format_args!("{}: cannot create", tmp.display())))?;
-        register(&tmp);
+            .map_err(|e| {
+                unregister();
+                ctx(e, format_args!("{}: cannot create", tmp.display()))
+            })?;
         Ok(AtomicFile {
             target: target.to_path_buf(),
             tmp,
