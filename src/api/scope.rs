@@ -168,21 +168,23 @@ impl<'scope> Scope<'scope> {
             _ => self.registry.new_lender_on(None),
         };
         let job = HeapJob::new(lender, body, &self.latch);
-        self.latch.increment();
         if owner_waits {
             // A plain thread waits (parks) for a pool token; another pool's worker spawns a
             // child of its credit root, admitted on its loan or a pool token, waiting and
             // running its own pool's jobs meanwhile (design §2.3, §4.5).
+            self.latch.increment();
             self.owner_admits(|| job.admit(&self.registry, here));
             return;
         }
         // Another pool's worker, a thread outside every pool that a job of this scope started
         // and waits for, or the owner while one of its spawns waits: waiting for a token here
-        // could wait for the owner's, or be a second borrower of the credit root.
+        // could wait for the owner's, or be a second borrower of the credit root. (Checked
+        // before the count: a failed check must not leave the scope waiting for no job.)
         debug_assert!(
             !matches!(order, Order::Pinned(_)),
             "a pinned spawn from outside the pool"
         );
+        self.latch.increment();
         if let Err(job) = job.offer(&self.registry) {
             self.defer(job);
         }

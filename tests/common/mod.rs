@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 
 /// AddressSanitizer's defaults for every test binary, read once at start-up (`ASAN_OPTIONS`
 /// overrides them; other builds never call this). ASan checks use after return by giving each
-/// frame a slot in a per-thread fake stack whose size follows the thread's stack, 1 MiB at most
-/// by default: 8,192 frames of 128 bytes, fewer of larger ones. A deep tree at one token nests
-/// thousands of job frames on one worker; once a size class is full, every further frame scans
-/// the whole class before it falls back to the real stack, unchecked. The 38-city TSP at 1/1
-/// (tests/stacks) took 60 to 115 s there instead of 2 s. A 4 MiB fake stack per thread keeps
-/// every frame of the deep-tree tests checked.
+/// frame a slot in a per-thread fake stack: one region a size class, whose size follows the
+/// thread's stack, 1 MiB at most by default (8,192 frames of 128 bytes, half as many of twice
+/// that size). A deep tree at one token nests thousands of job frames on one worker; once a
+/// size class is full, every further frame scans the whole class before it falls back to the
+/// real stack, unchecked. The 38-city TSP at 1/1 (tests/stacks) took 60 to 115 s there instead
+/// of 2 s. 4 MiB a size class keeps every frame of the deep-tree tests checked.
 #[no_mangle]
 pub extern "C" fn __asan_default_options() -> *const std::ffi::c_char {
     c"min_uar_stack_size_log=22:max_uar_stack_size_log=22".as_ptr()
