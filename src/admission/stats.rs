@@ -82,8 +82,9 @@ pub struct Stats {
     /// Root jobs admitted on the credit of a call from another pool.
     pub admitted_on_credit: u64,
     /// Join halves made visible to thieves: a `join`'s `b` stays private to its joiner's thread
-    /// until an idle worker asks that thread for work, which then pushes its oldest private half
-    /// to its deque. An un-promoted half is run inline by its joiner and counted nowhere.
+    /// until another worker wants work (it asks that thread, or it is idle: while any worker is
+    /// idle every `join` promotes), and that thread then pushes its oldest private half to its
+    /// deque. An un-promoted half is run inline by its joiner and counted nowhere.
     pub promotions: u64,
     /// Jobs started on a stack segment: every job starts with at least half of its worker's
     /// stack free, and a job that a thread would start above frames taking more than that (its
@@ -99,6 +100,10 @@ pub struct Stats {
     /// nowhere, so in a scope that nothing else spawns into, closures run plus this count (its
     /// growth during the call) equal the spawns made.
     pub cancelled: u64,
+    /// Workers that found no work of their own and look for some now, asleep or not (a thief
+    /// counts until the job it stole makes a `join`). While it is not zero, every `join` gives
+    /// out a private half (see [`Stats::promotions`]).
+    pub idle_workers: usize,
 }
 
 /// The per-thread event counters.
@@ -259,6 +264,8 @@ impl Counters {
             promotions: sum(Counter::Promotions),
             stack_segments: sum(Counter::StackSegments),
             cancelled: sum(Counter::Cancelled),
+            // The worker layer's to fill in (`Registry::stats`).
+            idle_workers: 0,
         }
     }
 }

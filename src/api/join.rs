@@ -2,14 +2,14 @@
 //!
 //! This module owns the join protocol. `b` is kept *private* (see `lazy`): only the joiner's
 //! thread can see it, and `a` runs inline as part of the current job; then the joiner takes `b`
-//! back and runs it inline too. That fast path touches no shared state at all. When an idle
-//! worker asks for work, the joiner's thread promotes its oldest private half to its deque;
-//! whoever takes a promoted half from there (a thief, or this thread helping deeper in its
-//! stack) admits it (see [`JoinJob`]); if it cannot, it hands `b` back and the joiner runs it
-//! inline. The joiner of a promoted half pops it back if no one took it; it never blocks: while
-//! `b` is away it runs other admitted jobs. A job that already keeps `KEPT_HALVES` private
-//! halves, on a thread that is not asked for work, does not keep another: it runs `a` and `b`
-//! as plain calls.
+//! back and runs it inline too. That fast path writes no shared state at all. While another
+//! worker wants work (it asked this one, or some worker is idle: `WorkerThread::work_wanted`),
+//! every join promotes the thread's oldest private half to its deque; whoever takes a promoted
+//! half from there (a thief, or this thread helping deeper in its stack) admits it (see
+//! [`JoinJob`]); if it cannot, it hands `b` back and the joiner runs it inline. The joiner of a
+//! promoted half pops it back if no one took it; it never blocks: while `b` is away it runs
+//! other admitted jobs. A job that already keeps `KEPT_HALVES` private halves, while no work is
+//! wanted, does not keep another: it runs `a` and `b` as plain calls.
 
 use std::marker::PhantomData;
 
@@ -36,6 +36,9 @@ where
     let slot = worker.push_half(unsafe { job_b.as_job_ref() });
     let result_a = JobResult::call(a);
     let result_b = if worker.take_back_half(slot) {
+        if slot == 0 {
+            worker.runs_its_last_half();
+        }
         job_b.run_inline()
     } else {
         promoted_half(worker, &job_b)
@@ -45,7 +48,8 @@ where
 }
 
 /// Gets the result of a `b` that was promoted to the deque: pops it back and runs it inline if
-/// no one took it, else waits (running other jobs) until its thief ran it or handed it back.
+/// no one took it, else waits (running other jobs) until it ran: on its thief, or, sent back
+/// unrun, as part of this job in this very wait (named policy **HalfReturnsToItsJob**).
 #[cold]
 #[inline(never)]
 fn promoted_half<F, R>(worker: &WorkerThread, job_b: &JoinJob<F, R>) -> JobResult<R>
@@ -74,11 +78,7 @@ where
             }
         }
     }
-    if job_b.latch.handed_back() {
-        job_b.run_inline()
-    } else {
-        job_b.take_result()
-    }
+    job_b.take_result()
 }
 
 /// What a closure of [`join_context`](crate::join_context) learns about where it runs.

@@ -10,8 +10,9 @@
 //!   on the waiting thread's stack.
 //! * [`JoinJob`]: the `b` of `join(a, b)`, on the joiner's stack. Run inline by the joiner when it
 //!   pops it back in `join`; anyone else who takes it from the deque (a thief, or the joiner's
-//!   own thread helping deeper in its stack) must admit it (loan of the joiner's token, else a
-//!   pool token) or hand it back unrun.
+//!   own thread helping deeper in its stack) runs it as part of the joiner's job if that job is
+//!   current there, else must admit it (loan of the joiner's token, else a pool token) or send
+//!   it back unrun to the joiner's thread, for a wait of the joiner's job to run.
 
 use std::alloc::Layout;
 use std::cell::UnsafeCell;
@@ -279,7 +280,10 @@ pub struct JoinJob<F, R> {
     result: ManuallyDrop<UnsafeCell<JobResult<R>>>,
     /// The joiner's job: the lender of a thief's loan, and the job `b` is part of when inline.
     parent: *const Lender,
-    /// Set when a thief ran the job, or handed it back; its target is `WakeTarget::Worker`.
+    /// The joiner's thread (its index in the pool), where the half goes back if it cannot be
+    /// admitted where it was taken.
+    owner: usize,
+    /// Set when the half ran away from the joiner's frame; its target is `WakeTarget::Worker`.
     pub latch: ManuallyDrop<Latch>,
 }
 
@@ -301,6 +305,7 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
             func: UnsafeCell::new(Some(func)),
             result: ManuallyDrop::new(UnsafeCell::new(JobResult::None)),
             parent,
+            owner,
             latch: ManuallyDrop::new(Latch::new(WakeTarget::Worker(owner))),
         }
     }
@@ -319,12 +324,12 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
     #[inline]
     pub fn run_inline(&self) -> JobResult<R> {
         // SAFETY: only the joiner's thread runs it inline, with the joiner's job current: after
-        // popping it back or seeing it handed back, or in `run` while a wait of that job took it.
+        // popping it back, or in `run` while a wait of that job took it.
         let func = unsafe { (*self.func.get()).take() }.expect("a job runs once");
         JobResult::call(func)
     }
 
-    /// The result a thief stored. Call once the latch is set and not handed back.
+    /// The result stored by the run away from the joiner's frame. Call once the latch is set.
     pub fn take_result(&self) -> JobResult<R> {
         // SAFETY: the latch is set, so the thief is done with the cell.
         unsafe { std::mem::replace(&mut *self.result.get(), JobResult::None) }
@@ -353,14 +358,16 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
             return;
         }
         // Else `b` would start above frames it is not part of, so it must be admitted like any
-        // job, or go back to the joiner unrun (B3, B5).
+        // job, or go back unrun to its joiner's thread (B3, B5), where a wait of the joiner's
+        // job runs it as part of that job (named policy HalfReturnsToItsJob): not only the
+        // joiner's frame, whose `a` may be waiting for `b` itself (shape 2).
         // SAFETY: the joiner's job is alive while the joiner waits for this job.
         let lender = LenderRef::new(unsafe { registry.new_child(job.parent) });
         if !registry.try_admit(&lender) {
-            // No token: the joiner runs `b` inline when it sees this.
             registry.note_handed_back();
-            // SAFETY: the job is alive until the latch is published, not touched after.
-            unsafe { Latch::hand_back(&*job.latch, registry.sleep()) };
+            // SAFETY: the job stays where it is until its latch is set, which only a run of
+            // this ref does; the ref goes to one place.
+            worker.return_half(unsafe { job.as_job_ref() }, job.parent, job.owner);
             return;
         }
         // SAFETY: a stolen job runs once, on this thread; the joiner reads after the latch.

@@ -12,9 +12,8 @@ use crate::worker::sleep::Sleep;
 
 const UNSET: u8 = 0;
 const SET: u8 = 1;
-const HANDED_BACK: u8 = 2;
 
-/// Set once, when a job completes, or when a thief hands an unadmitted join half back.
+/// Set once, when a job completes.
 pub struct Latch {
     state: AtomicU8,
     target: WakeTarget,
@@ -29,18 +28,11 @@ impl Latch {
         }
     }
 
-    /// Whether the latch is set (either way).
+    /// Whether the latch is set.
     #[inline]
     pub fn probe(&self) -> bool {
         // Acquire: pairs with the setter's release, so the job's result is visible.
-        self.state.load(Ordering::Acquire) != UNSET
-    }
-
-    /// Whether a thief handed the job back instead of running it.
-    #[inline]
-    pub fn handed_back(&self) -> bool {
-        // Acquire: as in `probe`.
-        self.state.load(Ordering::Acquire) == HANDED_BACK
+        self.state.load(Ordering::Acquire) == SET
     }
 
     /// Sets the latch: the job completed.
@@ -48,24 +40,10 @@ impl Latch {
     /// # Safety
     /// `this` is valid now; it may be freed by the waiter as soon as the state is published.
     pub unsafe fn set(this: *const Self, here: &Sleep) {
-        // SAFETY: forwarded from the caller.
-        unsafe { Self::publish(this, SET, here) }
-    }
-
-    /// Sets the latch: the job was not run and goes back to its owner.
-    ///
-    /// # Safety
-    /// As for [`Latch::set`].
-    pub unsafe fn hand_back(this: *const Self, here: &Sleep) {
-        // SAFETY: forwarded from the caller.
-        unsafe { Self::publish(this, HANDED_BACK, here) }
-    }
-
-    unsafe fn publish(this: *const Self, state: u8, here: &Sleep) {
         let publish = || {
             // SAFETY: `this` is valid until this store (caller's contract). Release: publishes
             // the job's result to the waiter's acquire in `probe`.
-            unsafe { (*this).state.store(state, Ordering::Release) };
+            unsafe { (*this).state.store(SET, Ordering::Release) };
             true
         };
         // SAFETY: `this` is valid until `publish` runs (caller's contract).

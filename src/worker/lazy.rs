@@ -9,7 +9,9 @@
 //!   worker sees it at its next join (or wait loop round) and promotes its oldest half. This is
 //!   the work-request scheme of Acar, Charguéraud and Rainey ("Scheduling parallel programs by
 //!   work stealing with private deques", PPoPP 2013): no timer thread, and a thief gets work as
-//!   soon as its victim reaches a join.
+//!   soon as its victim reaches a join. A request is one of the two signals a join promotes on;
+//!   the other is the pool's idle count (`Sleep::idle_count`), which makes *every* join promote
+//!   while any worker is idle (`WorkerThread::work_wanted`).
 //!
 //! It never runs, admits or pushes a job itself: a promoted half is admitted by whoever takes it
 //! from the deque, exactly as every pushed half was before (see `JoinJob`), and an un-promoted
@@ -24,6 +26,7 @@ use std::cell::{Cell, UnsafeCell};
 
 use crossbeam_utils::CachePadded;
 
+use crate::admission::token::Lender;
 use crate::base::job_ref::JobRef;
 use crate::base::sync::{AtomicBool, Ordering};
 
@@ -128,6 +131,50 @@ impl<H: Copy> PrivateHalves<H> {
     fn len(&self) -> usize {
         // SAFETY: as in `push`.
         unsafe { &*self.halves.get() }.len()
+    }
+}
+
+/// The promoted join halves that came back unrun to their joiner's thread (no token was free to
+/// admit them where they were taken), oldest first, each with its joiner's job. Not `Sync`: the
+/// owner's alone.
+///
+/// Named policy **HalfReturnsToItsJob**: such a half runs as part of its joiner's job, in a wait
+/// of that job (`WorkerThread::take_returned_half`: the job current, not admitting), and never
+/// anywhere else. Handed back to the joiner's frame alone, as it once was, it waited for the
+/// job's `a` to return, and an `a` that waits (through another pool) for its own `b` hung:
+/// shape 2, `shape_2_whose_x_first_waits_for_a_spawns_admission`.
+#[derive(Default)]
+pub struct ReturnedHalves {
+    halves: UnsafeCell<Vec<(JobRef, *const Lender)>>,
+}
+
+impl ReturnedHalves {
+    /// Keeps `half`, a promoted half of `job`'s, for a wait of `job`.
+    pub fn keep(&self, half: JobRef, job: *const Lender) {
+        // SAFETY: only the owning thread reaches this (the type is not `Sync`), and no reference
+        // into the vector outlives a call.
+        unsafe { &mut *self.halves.get() }.push((half, job));
+    }
+
+    /// The newest half kept for `job`, taken out. A job's halves are above those of the jobs it
+    /// runs above (those are done before it is current again), but a half that a thief sent
+    /// back may land above halves of a job current now, hence the search.
+    #[inline]
+    pub fn take_for(&self, job: *const Lender) -> Option<JobRef> {
+        // SAFETY: as in `keep`.
+        let halves = unsafe { &mut *self.halves.get() };
+        if halves.is_empty() {
+            return None;
+        }
+        let at = halves.iter().rposition(|&(_, of)| of == job)?;
+        Some(halves.remove(at).0)
+    }
+
+    /// Whether any half is kept.
+    #[inline]
+    pub fn any(&self) -> bool {
+        // SAFETY: as in `keep`.
+        !unsafe { &*self.halves.get() }.is_empty()
     }
 }
 

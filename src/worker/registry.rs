@@ -139,7 +139,9 @@ impl Registry {
 
     /// A snapshot of the pool's statistics.
     pub fn stats(&self) -> Stats {
-        self.counters.snapshot(&self.tokens)
+        let mut stats = self.counters.snapshot(&self.tokens);
+        stats.idle_workers = self.sleep.idle_count();
+        stats
     }
 
     /// The state of a job of this pool whose parent is `parent` (a root if null).

@@ -69,6 +69,10 @@ pub struct Sleep {
     sleepers: CachePadded<AtomicUsize>,
     /// Bumped by `new_work` whenever a sleeper may have missed the work.
     announcements: AtomicUsize,
+    /// Workers in a wait by the rule that found no work for `IDLE_ROUNDS` rounds in a row
+    /// (asleep or not), on a line of its own: every `join` reads it, and it changes only when a
+    /// worker runs out of work or finds some again.
+    idle: CachePadded<AtomicUsize>,
 }
 
 impl Sleep {
@@ -87,6 +91,7 @@ impl Sleep {
                 .collect(),
             sleepers: CachePadded::new(AtomicUsize::new(0)),
             announcements: AtomicUsize::new(0),
+            idle: CachePadded::new(AtomicUsize::new(0)),
         }
     }
 
@@ -243,6 +248,28 @@ impl Sleep {
         }
         w.wake.notify_one();
         true
+    }
+
+    /// Counts the calling worker in as one that looks for work and found none (see
+    /// [`Sleep::idle_count`]); it takes itself out with [`Sleep::not_idle`].
+    pub fn idle(&self) {
+        // Relaxed: a count read as a hint (`idle_count`); nothing is published through it.
+        self.idle.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Takes the calling worker, counted in by [`Sleep::idle`], out again.
+    pub fn not_idle(&self) {
+        // Relaxed: as in `idle`.
+        self.idle.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// How many workers are counted idle ([`Sleep::idle`]): a hint for the join halves'
+    /// promotion rule (`WorkerThread::work_wanted`), read on every `join`.
+    #[inline]
+    pub fn idle_count(&self) -> usize {
+        // Relaxed: a hint; an idle worker seen late costs parallelism, never progress (it also
+        // asks for work through the request flags, and a busy worker runs its own halves).
+        self.idle.load(Ordering::Relaxed)
     }
 
     /// Workers counted as sleepers now (for the loom models).

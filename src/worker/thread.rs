@@ -19,8 +19,9 @@ use crate::base::sync::{thread, Arc, Ordering};
 use crate::base::wake::WakeTarget;
 use crate::worker::help_first::{CountHandoff, WaitingSpawn};
 use crate::worker::latch::CountLatch;
-use crate::worker::lazy::{PrivateHalves, RequestFlag};
+use crate::worker::lazy::{PrivateHalves, RequestFlag, ReturnedHalves};
 use crate::worker::registry::{admission_counter, Registry, WorkerSeed};
+use crate::worker::sleep::Sleep;
 
 std::thread_local! {
     static WORKER: Cell<*const WorkerThread> = const { Cell::new(ptr::null()) };
@@ -39,8 +40,17 @@ pub struct WorkerThread {
     pub(super) handoff: CountHandoff,
     /// The `b` halves of the joins this thread is in, not yet visible to thieves.
     pub(super) halves: PrivateHalves,
+    /// Promoted halves of the jobs this thread runs that came back unrun, for those jobs'
+    /// waits (named policy **HalfReturnsToItsJob**).
+    pub(super) returned: ReturnedHalves,
     /// This worker's flag in `registry.requests`, checked at every join.
     pub(super) request: *const RequestFlag,
+    /// `registry.sleep`, whose idle count every join looks at (see
+    /// [`WorkerThread::work_wanted`]).
+    pub(super) sleep: *const Sleep,
+    /// Whether this worker is counted in its pool's idle count (`Sleep::idle`): from a wait
+    /// round that found no work of its own until the job it then runs joins, or the wait ends.
+    pub(super) counted_idle: Cell<bool>,
     /// State of the xorshift generator that picks the first victim to steal from.
     pub(super) rng: Cell<u64>,
     /// The level of the job this thread last finished outermost, if it was a spawned job.
@@ -157,6 +167,8 @@ impl WorkerThread {
     /// pending work request first thing, so the half just kept may be the one promoted.
     #[inline]
     pub fn push_half(&self, half: JobRef) -> usize {
+        // A join gives this worker a private half of its own: work another one could take.
+        self.count_busy();
         let slot = self.halves.push(half);
         crate::base::chaos::point();
         // Whether a half was promoted does not matter here: the joiner runs `a` either way.
@@ -165,14 +177,74 @@ impl WorkerThread {
     }
 
     /// Whether this join may skip keeping its `b` at all: the current job keeps enough private
-    /// halves below it for any thief that asks, and none asks now. Halves of other jobs, buried
+    /// halves below it for any thief that asks, and no work is wanted now. Halves of other jobs, buried
     /// under this one while they wait, do not count: this job's own `b`s must be kept, so that a
     /// wait in its `a` can take them (`take_own_half`) whatever it runs above.
     #[inline]
     pub fn join_plainly(&self) -> bool {
+        self.halves.kept_by_current_job() >= crate::worker::lazy::KEPT_HALVES && !self.work_wanted()
+    }
+
+    /// Counts this worker in its pool's idle count, if it is not counted yet: it found no work
+    /// of its own (its deque, its inbox, the injector), so whatever it steals next leaves it
+    /// with nothing to give until that job joins. Other workers' joins publish their halves
+    /// meanwhile (`WorkerThread::work_wanted`), so that the next idle moment (this worker's,
+    /// at the end of what it stole) finds them public, as rayon's are.
+    #[inline]
+    pub(super) fn count_idle(&self) {
+        if !self.counted_idle.replace(true) {
+            // SAFETY: the sleep state lives in the registry, which this worker's `Arc` keeps
+            // alive.
+            unsafe { &*self.sleep }.idle();
+        }
+    }
+
+    /// The worker took back its last private half to run it inline: if its deque is empty
+    /// too, that half is all the work it has, so it counts as idle (`count_idle`) from now
+    /// until the half joins. A half that joins at once (most of a fine-grained tree's) leaves
+    /// the count again at once; one that runs long without joining (a coarse leaf) has other
+    /// workers publish their halves meanwhile, so that this worker finds one when it runs dry.
+    #[cold]
+    #[inline(never)]
+    pub fn runs_its_last_half(&self) {
+        if self.deque.is_empty() {
+            self.count_idle();
+        }
+    }
+
+    /// Takes this worker out of its pool's idle count, if it is counted: it has work of its
+    /// own again (a private half, a job from its own deque), or its wait ended.
+    #[inline]
+    pub(super) fn count_busy(&self) {
+        if self.counted_idle.get() {
+            self.leave_idle();
+        }
+    }
+
+    #[cold]
+    fn leave_idle(&self) {
+        self.counted_idle.set(false);
+        // SAFETY: as in `count_idle`.
+        unsafe { &*self.sleep }.not_idle();
+    }
+
+    /// Whether another worker wants work from this one now: one asked (this worker's request
+    /// flag is up), or one is idle (the pool's idle count, `Sleep::idle_count`). While a worker is
+    /// idle, every `join` gives out a half, as every rayon `join` pushes its `b`; while none
+    /// is, a `join` writes nothing shared.
+    #[inline]
+    pub fn work_wanted(&self) -> bool {
         // SAFETY: the flag lives in the registry, which this worker's `Arc` keeps alive.
-        self.halves.kept_by_current_job() >= crate::worker::lazy::KEPT_HALVES
-            && !unsafe { &*self.request }.is_raised()
+        let asked = unsafe { (*self.request).is_raised() };
+        asked || self.others_idle()
+    }
+
+    /// Whether a worker other than this one is counted idle (this one may be, in a wait that
+    /// runs a half of its own: it must not promote halves for itself).
+    #[inline]
+    fn others_idle(&self) -> bool {
+        // SAFETY: the sleep state lives in the registry, which this worker's `Arc` keeps alive.
+        unsafe { &*self.sleep }.idle_count() > usize::from(self.counted_idle.get())
     }
 
     /// Whether the half kept in `slot` is still private, for its joiner to run inline; drops the
@@ -182,12 +254,14 @@ impl WorkerThread {
         self.halves.take_back(slot)
     }
 
-    /// If an idle worker asked this one for work, promotes the oldest private half to the deque.
-    /// Returns whether it promoted one.
+    /// If work is wanted (an idle worker asked this one, or any worker is idle:
+    /// [`WorkerThread::work_wanted`]), promotes the oldest private half to the deque. Returns
+    /// whether it promoted one.
     #[inline]
     pub(super) fn serve_request(&self) -> bool {
         // SAFETY: the flag lives in the registry, which this worker's `Arc` keeps alive.
-        unsafe { &*self.request }.take() && self.promote_oldest()
+        let asked = unsafe { &*self.request }.take();
+        (asked || self.others_idle()) && self.promote_oldest()
     }
 
     #[cold]
@@ -234,7 +308,29 @@ impl WorkerThread {
     /// halves (`current_thread_has_pending_tasks`). Racy by nature: thieves take from the
     /// deque at any time.
     pub fn has_local_work(&self) -> bool {
-        !self.deque.is_empty() || self.halves.any()
+        !self.deque.is_empty() || self.halves.any() || self.returned.any()
+    }
+
+    /// A promoted half of `job` (run by worker `owner` of this pool), taken by this thread and
+    /// not admitted (no token free), goes back to `owner` unrun, to run as part of `job` in a
+    /// wait of `job` there (named policy **HalfReturnsToItsJob**): kept here if this is
+    /// `owner`, else sent to its inbox.
+    pub fn return_half(&self, half: JobRef, job: *const Lender, owner: usize) {
+        if owner == self.index {
+            self.returned.keep(half, job);
+        } else {
+            self.registry
+                .inboxes
+                .send_back(owner, half, &self.registry.sleep);
+        }
+    }
+
+    /// A half of the current job that came back unrun (`return_half`), for a wait of that job
+    /// to run as part of it (`JoinJob::run`: `runs_as_part_of`). The caller's job is not
+    /// admitting (else the half would only come back again).
+    #[inline]
+    pub(super) fn take_returned_half(&self) -> Option<JobRef> {
+        self.returned.take_for(self.current.get())
     }
 
     /// Pushes a job to this worker's deque with the fence of `Sleep::new_work`, unlike other
@@ -337,6 +433,7 @@ impl WorkerThread {
     /// The worker state of `seed`'s worker, for the calling thread.
     pub fn new(seed: WorkerSeed, registry: Arc<Registry>, headroom: Headroom) -> Self {
         let request: *const RequestFlag = registry.requests.flag(seed.index);
+        let sleep: *const Sleep = &registry.sleep;
         let grants_elsewhere = registry.num_threads() > 1;
         let counters_row = registry.counters.row(seed.index);
         WorkerThread {
@@ -347,7 +444,10 @@ impl WorkerThread {
             spare: Spare::default(),
             handoff: CountHandoff::default(),
             halves: PrivateHalves::default(),
+            returned: ReturnedHalves::default(),
             request,
+            sleep,
+            counted_idle: Cell::new(false),
             rng: Cell::new(
                 0x9E37_79B9_7F4A_7C15 ^ (seed.index as u64 + 1).wrapping_mul(0xA24B_AED4),
             ),
@@ -366,6 +466,8 @@ impl WorkerThread {
     /// without taking that work (`Sleep::pass_on`): for a thread that stops running pool work
     /// for a while (`borrowed`), so that no job waits for it to come back.
     pub fn hand_over_local_jobs(&self) {
+        // It stops running pool work: it counts as idle no more (`count_idle`).
+        self.count_busy();
         while let Some(job) = self.deque.pop() {
             self.registry.inject(job);
         }

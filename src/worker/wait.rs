@@ -128,6 +128,8 @@ impl WorkerThread {
                 }
             }
         }
+        // Back to the code of the job that waited: busy.
+        self.count_busy();
     }
 
     /// One round of [`Policy::AnyAdmitted`]. Inlined into the loop: a call per round costs
@@ -150,11 +152,17 @@ impl WorkerThread {
                 .or_else(|| self.steal_injected())
         };
         // With the index of the worker it was stolen from, if it was.
+        // Out of work of its own, the worker counts as idle until what it steals joins.
+        match local {
+            Some(_) => self.count_busy(),
+            None => self.count_idle(),
+        }
         let found = local
             .map(|job| (job, None))
             .or_else(|| self.steal_from_others().map(|(job, v)| (job, Some(v))))
             .or_else(|| {
-                let own = (!served && !kept).then(|| self.take_own_half());
+                let own = (!served && !kept)
+                    .then(|| self.take_returned_half().or_else(|| self.take_own_half()));
                 own.flatten().map(|job| (job, None))
             });
         crate::base::chaos::point();
@@ -310,6 +318,8 @@ pub fn main_loop(
     // broadcast: from here on a job pinned to this worker may run where it lands instead.
     worker.registry.inboxes.close(worker.index);
     worker.drain();
+    // A half the drain ran last may have counted it idle (`runs_its_last_half`).
+    worker.count_busy();
     on_exit(worker.index);
     set_current_worker(ptr::null());
 }

@@ -1125,34 +1125,38 @@ fn shape_2_while_the_joiners_token_is_lent_to_a_child_on_another_worker() {
     });
 }
 
-/// Known to hang still, now and then: run with `--ignored`. See docs/design.md §6, "A `join` whose `a` waits for its own `b`".
+/// Runs shape 2 with `x`'s first wait an admission, `ROUNDS` times.
+const ROUNDS: usize = 4;
+
 #[test]
-#[ignore = "known hang: y promoted before x's spawn waits for admission is handed back"]
 fn shape_2_whose_x_first_waits_for_a_spawns_admission() {
     // As above, but `x` first spawns into the scope, which waits for a token (the job's is
-    // lent, none is free). That wait took `y` and handed it back (a job waiting to admit a
-    // spawn cannot run its halves: a second child of it would wait for its token), and the
-    // later wait through B found `y` nowhere: every run hung. Found by the fifth review of
-    // issue 10. Since a job's wait for an admission takes no private half and serves no
-    // request, about 1 run in 16 (debug) or 1 in 2 (AddressSanitizer) still hangs: `y` was
-    // promoted for the idle worker's request at the `join` itself, before `x` spawned, and the
-    // admission wait's help-first loop pops it and hands it back.
+    // lent, none is free). That wait took `y` and handed it back to the joiner's frame (a job
+    // waiting to admit a spawn cannot run its halves: a second child of it would wait for its
+    // token), and the later wait through B found `y` nowhere: every run hung. Found by the
+    // fifth review of issue 10; then, with the admission wait taking no private half, it hung
+    // when `y` was promoted at the `join` itself (about 1 run in 16), and every run once every
+    // join promoted while a worker was idle (C's worker counts as idle: C makes no `join`).
+    // Fixed: a half that comes back unrun goes to its joiner's thread, where the job's next
+    // wait runs it as part of the job (named policy HalfReturnsToItsJob).
     watchdog(60, || {
-        let (a, b) = (pool(2, 1), pool(1, 1));
-        with_the_token_lent(&a, &b, |s| x_waits_through_b_for_y(&b, || s.spawn(|_| {})));
+        for _ in 0..ROUNDS {
+            let (a, b) = (pool(2, 1), pool(1, 1));
+            with_the_token_lent(&a, &b, |s| x_waits_through_b_for_y(&b, || s.spawn(|_| {})));
+        }
     });
 }
 
-/// Known to hang still, now and then, as the test above: run with `--ignored`.
 #[test]
-#[ignore = "known hang: y promoted before x's spawn waits for admission is handed back"]
 fn shape_2_whose_x_first_waits_for_a_nested_scopes_spawn() {
     // As above, with the spawn in a scope of `x`'s own.
     watchdog(60, || {
-        let (a, b) = (pool(2, 1), pool(1, 1));
-        with_the_token_lent(&a, &b, |_| {
-            x_waits_through_b_for_y(&b, || treepool::scope(|s2| s2.spawn(|_| {})))
-        });
+        for _ in 0..ROUNDS {
+            let (a, b) = (pool(2, 1), pool(1, 1));
+            with_the_token_lent(&a, &b, |_| {
+                x_waits_through_b_for_y(&b, || treepool::scope(|s2| s2.spawn(|_| {})))
+            });
+        }
     });
 }
 

@@ -1,5 +1,5 @@
-//! `join`: its results and panics, lazy halves promoted on request, `join_context`, the yields and
-//! the pending-work queries.
+//! `join`: its results and panics, lazy halves promoted on request or while a worker is idle,
+//! how a tree spreads over the threads, `join_context`, the yields and the pending-work queries.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -7,3 +7,4 @@ mod common;
 mod basics;
 mod context_and_yield;
 mod lazy;
+mod spreading;

@@ -15,9 +15,10 @@
 //! `join_in_worker` does: push the half and serve a pending request (promote the oldest half to
 //! the deque), run `a` (the inner join), then `take_back`: run the half inline if it is still
 //! private, else pop the deque as `promoted_half` does (its own half: run it inline; another
-//! one: run it as a taker would), or wait for the half's latch and run it inline if it was
-//! handed back. The thief steals from the front of the deque until the owner is done, and runs,
-//! or hands back, what it takes; each round that finds nothing raises the owner's flag.
+//! one: run it as a taker would), or wait for the half's latch, running meanwhile whatever half
+//! was sent back to it (named policy HalfReturnsToItsJob: the joiner's wait runs it as part of
+//! its job). The thief steals from the front of the deque until the owner is done, and runs,
+//! or sends back, what it takes; each round that finds nothing raises the owner's flag.
 //!
 //! Each model checks that every half runs exactly once and that the owner saw both results.
 //!
@@ -34,8 +35,10 @@
 //! The deque is a loom `Mutex<VecDeque>` (push and pop at the back by the owner, steal at the
 //! front), standing in for crossbeam's deque, whose one-winner guarantee is crossbeam's to
 //! prove. A half's latch is a loom `AtomicU8` set with `Release` and probed with `Acquire`, as
-//! `Latch` does; admission is not modelled (a taker either always admits or always hands back,
-//! one model each): the token table has models of its own in `tests/loom/tokens.rs`.
+//! `Latch` does; the owner's inbox, where halves are sent back, is a loom `Mutex<VecDeque>`, as
+//! crossbeam's injector stands behind `Inboxes`; admission is not modelled (a taker either
+//! always admits or always sends back, one model each): the token table has models of its own
+//! in `tests/loom/tokens.rs`.
 
 use std::collections::VecDeque;
 
@@ -47,7 +50,6 @@ use treepool::__loom::{Arc, PrivateHalves, RequestFlag, Sleep};
 
 const UNSET: u8 = 0;
 const SET: u8 = 1;
-const HANDED_BACK: u8 = 2;
 
 /// The halves: 0 is the outer join's `b`, 1 the inner one's (a join inside the outer `a`), 2
 /// the `b` of a second join made after the outer one returned, which reuses slot 0.
@@ -58,6 +60,8 @@ const HALVES: usize = 3;
 struct Shared {
     request: RequestFlag,
     deque: Mutex<VecDeque<usize>>,
+    /// The owner's inbox: halves sent back to it unrun.
+    inbox: Mutex<VecDeque<usize>>,
     latches: [AtomicU8; HALVES],
     /// How many times each half ran.
     runs: [AtomicUsize; HALVES],
@@ -71,14 +75,26 @@ impl Shared {
     }
 
     /// A taker other than the joiner's pop-back got half `h`: runs it and sets its latch, or
-    /// hands it back unrun.
+    /// sends it back unrun to the owner's inbox (`WorkerThread::return_half`).
     fn take(&self, h: usize, admit: bool) {
         if admit {
-            self.run(h);
-            self.latches[h].store(SET, Ordering::Release);
+            self.run_and_set(h);
         } else {
-            self.latches[h].store(HANDED_BACK, Ordering::Release);
+            self.inbox.lock().unwrap().push_back(h);
         }
+    }
+
+    /// Runs half `h` away from its joiner's frame and sets its latch, as `JoinJob::run` does.
+    fn run_and_set(&self, h: usize) {
+        self.run(h);
+        self.latches[h].store(SET, Ordering::Release);
+    }
+
+    /// The owner's wait: runs a half sent back to it, as part of its job. Returns whether it
+    /// found one.
+    fn run_sent_back(&self) -> bool {
+        let sent_back = self.inbox.lock().unwrap().pop_front();
+        sent_back.map(|h| self.run_and_set(h)).is_some()
     }
 }
 
@@ -116,19 +132,18 @@ fn finish_half(shared: &Shared, halves: &PrivateHalves<usize>, h: usize, slot: u
             Some(other) => shared.take(other, admit),
             None => {
                 while shared.latches[h].load(Ordering::Acquire) == UNSET {
-                    thread::yield_now();
+                    if !shared.run_sent_back() {
+                        thread::yield_now();
+                    }
                 }
-                break;
+                return;
             }
         }
-    }
-    if shared.latches[h].load(Ordering::Acquire) == HANDED_BACK {
-        shared.run(h);
     }
 }
 
 /// Two nested joins and a later one on the owner, against a thief that asks for work and takes what is promoted,
-/// admitting it (`admit`) or handing it back.
+/// admitting it (`admit`) or sending it back.
 fn nested_joins_against_a_thief(admit: bool) {
     model(Some(3), move || {
         let shared = Arc::new(Shared::default());
@@ -176,7 +191,7 @@ fn a_promoted_half_runs_once_when_its_taker_admits_it() {
 }
 
 #[test]
-fn a_promoted_half_runs_once_when_its_taker_hands_it_back() {
+fn a_promoted_half_runs_once_when_its_taker_sends_it_back() {
     nested_joins_against_a_thief(false);
 }
 

@@ -830,15 +830,15 @@ fn waiter_granted_by_loan_and_pool_at_once() {
 /// `JoinJob` latch states (`src/worker/latch.rs`).
 const UNSET: u8 = 0;
 const SET: u8 = 1;
-const HANDED_BACK: u8 = 2;
 
 /// The join protocol of `src/api/join.rs` and `JoinJob::run` (`src/worker/job.rs`), mirrored with loom
 /// primitives: `in_deque` stands for `b` in the joiner's deque (taken by exactly one of the
-/// joiner's pop and a thief's steal), `latch` for `b`'s latch. J (the joiner's job) holds the
+/// joiner's pop and a thief's steal), `latch` for `b`'s latch, `sent_back` for `b` in the
+/// joiner's inbox (`WorkerThread::return_half`). J (the joiner's job) holds the
 /// only token and lent it to C1; if `c1_returns`, a third thread finishes C1 meanwhile, so the
 /// thief may find the loan free and run `b` itself. The thief makes `b`'s lender only once it
 /// has stolen `b` (`Registry::new_child(job.parent)`), from J's address.
-fn join_hand_back(c1_returns: bool) {
+fn join_send_back(c1_returns: bool) {
     let mut world = World::new(1);
     let j = world.job(None);
     let c1 = world.job(Some(j));
@@ -850,14 +850,17 @@ fn join_hand_back(c1_returns: bool) {
     world.start(&h1, Admission::Loan);
     let in_deque = Arc::new(AtomicBool::new(true));
     let latch = Arc::new(AtomicU8::new(UNSET));
+    // `b` in the joiner's inbox, sent back by the thief.
+    let sent_back = Arc::new(AtomicBool::new(false));
     // How many times `b`'s closure ran, wherever.
     let b_ran = Arc::new(AtomicUsize::new(0));
 
     let thief = {
-        let (world, in_deque, latch, b_ran) = (
+        let (world, in_deque, latch, sent_back, b_ran) = (
             world.clone(),
             in_deque.clone(),
             latch.clone(),
+            sent_back.clone(),
             b_ran.clone(),
         );
         let parent = hj.addr();
@@ -871,10 +874,11 @@ fn join_hand_back(c1_returns: bool) {
             let hb = world.make_child(b, parent);
             match world.try_admit(&hb) {
                 None => {
-                    // No token: hand `b` back (`Latch::hand_back`, a release store); its lender
-                    // is dropped unadmitted.
+                    // No token: send `b` back to the joiner's thread (`return_half`: a push to
+                    // its inbox, which the joiner's wait takes); its lender is dropped
+                    // unadmitted.
                     drop(hb);
-                    latch.store(HANDED_BACK, Ordering::Release);
+                    sent_back.store(true, Ordering::Release);
                     false
                 }
                 Some(how) => {
@@ -898,20 +902,23 @@ fn join_hand_back(c1_returns: bool) {
         (None, Some(h1))
     };
 
-    // The joiner: `a` ran inline; now pop `b` back, or wait for its latch.
+    // The joiner: `a` ran inline; now pop `b` back, or wait for its latch, taking `b` from its
+    // inbox if it was sent back (then it runs as part of J: HalfReturnsToItsJob).
     let popped = in_deque
         .compare_exchange(true, false, Ordering::AcqRel, Ordering::Relaxed)
         .is_ok();
-    let inline = popped || {
-        let state = loop {
+    let inline = popped
+        || loop {
             // Acquire: `Latch::probe`.
-            match latch.load(Ordering::Acquire) {
-                UNSET => thread::yield_now(),
-                state => break state,
+            if latch.load(Ordering::Acquire) == SET {
+                break false;
             }
+            // Acquire: the inbox's pop sees the thief's push (only the joiner takes it out).
+            if sent_back.load(Ordering::Acquire) {
+                break true;
+            }
+            thread::yield_now();
         };
-        state == HANDED_BACK
-    };
     if inline {
         // Part of J's job: no admission.
         b_ran.fetch_add(1, Ordering::Relaxed);
@@ -934,18 +941,19 @@ fn join_hand_back(c1_returns: bool) {
     world.check_conserved(&ran);
 }
 
-/// Model 6: a stolen join half handed back while the joiner pops. The thief cannot admit `b` (the
-/// joiner's token is lent, the pool empty) and hands it back; `b` runs exactly once, inline.
+/// Model 6: a stolen join half sent back while the joiner pops. The thief cannot admit `b` (the
+/// joiner's token is lent, the pool empty) and sends it back to the joiner's thread; `b` runs
+/// exactly once, as part of J.
 #[test]
-fn stolen_join_half_handed_back() {
-    model(None, || join_hand_back(false));
+fn stolen_join_half_sent_back() {
+    model(None, || join_send_back(false));
 }
 
 /// Model 6b: as model 6, with the joiner's loan returning meanwhile, so the thief may admit `b`
 /// on it and run it; either way `b` runs exactly once.
 #[test]
-fn stolen_join_half_admitted_or_handed_back() {
-    model(None, || join_hand_back(true));
+fn stolen_join_half_admitted_or_sent_back() {
+    model(None, || join_send_back(true));
 }
 
 /// Model 7: a root on credit lends, and its next child waits for the loan or a pool token. One
