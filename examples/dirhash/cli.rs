@@ -72,7 +72,9 @@ impl Args {
     /// `--threads`, else `TREEPOOL_NUM_THREADS` (the treepool default's own
     /// override, for both engines), else one per core but at least
     /// [`MIN_DEFAULT_THREADS`]. `0` is passed on: one per core (and a value of
-    /// the variable that is no number is left for treepool to refuse).
+    /// the variable that is no number, or above `treepool::max_num_threads()`,
+    /// is left for treepool to refuse: passed on as a count, the latter would be
+    /// reduced instead).
     pub(crate) fn threads(&self) -> usize {
         if let Some(n) = self.threads {
             return n;
@@ -81,6 +83,7 @@ impl Args {
             return var
                 .to_str()
                 .and_then(|v| v.trim().parse().ok())
+                .filter(|&n| n <= treepool::max_num_threads())
                 .unwrap_or(0);
         }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -23,17 +23,27 @@ use crate::worker::registry::{PanicHandler, Registry, WorkerSeed};
 use crate::worker::thread::WorkerThread;
 use crate::worker::wait::main_loop;
 
-/// The environment variable read by `num_threads(0)` (the default).
+/// The environment variable read by `num_threads(0)` (the default): a number of threads from 1
+/// to [`max_num_threads`] (surrounding whitespace ignored), which wins over
+/// [`RAYON_NUM_THREADS_ENVS`]. Any other value (empty, `0`, negative, not a number, too large,
+/// not UTF-8) fails the build with a [`BuildError`] whose message starts with the variable and
+/// the value (`TREEPOOL_NUM_THREADS="0": ...`); the global pool's first use then panics with
+/// that message. Not read when `num_threads` is given a count.
 pub const NUM_THREADS_ENV: &str = "TREEPOOL_NUM_THREADS";
 
 /// rayon-core's environment variables for `num_threads(0)`, in its order, read as rayon-core
 /// reads them, after [`NUM_THREADS_ENV`] (which wins when set): the first that holds a number
-/// decides, a positive one sizes the pool and `0` means the available parallelism; a value
-/// that is not a number is skipped.
+/// decides, a positive one sizes the pool (reduced to [`max_num_threads`]) and `0` means the
+/// available parallelism; a value that is not a number (negative, empty, with whitespace, above
+/// `usize::MAX`, not UTF-8) is skipped. Never an error, as in rayon-core 1.13.
 pub const RAYON_NUM_THREADS_ENVS: [&str; 2] = ["RAYON_NUM_THREADS", "RAYON_RS_NUM_CPUS"];
 
 /// The environment variable read by a builder whose `max_inflight` is not set (the global pool
-/// built on first use, and every pool built without [`ThreadPoolBuilder::max_inflight`]).
+/// built on first use, and every pool built without [`ThreadPoolBuilder::max_inflight`]): a
+/// number of tokens from 1 to 2³² − 1 (surrounding whitespace ignored). Any other value (empty,
+/// `0`, negative, not a number, too large, not UTF-8) fails the build with a [`BuildError`]
+/// whose message starts with the variable and the value (`TREEPOOL_MAX_INFLIGHT="0": ...`);
+/// the global pool's first use then panics with that message.
 pub const MAX_INFLIGHT_ENV: &str = "TREEPOOL_MAX_INFLIGHT";
 
 /// Tokens per worker thread when `max_inflight` is not set.
@@ -44,13 +54,15 @@ pub const MAX_INFLIGHT_ENV: &str = "TREEPOOL_MAX_INFLIGHT";
 pub const DEFAULT_TOKENS_PER_THREAD: usize = 2;
 
 /// The most worker threads a pool has: more, asked of [`ThreadPoolBuilder::num_threads`] or
-/// through `TREEPOOL_NUM_THREADS`, are reduced to this. An idle worker's requests for work and
-/// the sleep's wake-ups scan every worker, so far more threads than cores only cost.
+/// through rayon's variables, are reduced to this (more in `TREEPOOL_NUM_THREADS` are an
+/// error). An idle worker's requests for work and the sleep's wake-ups scan every worker, so
+/// far more threads than cores only cost.
 const MAX_THREADS: usize = 4096;
 
 /// The most worker threads treepool supports in one pool (4096): a larger
-/// [`ThreadPoolBuilder::num_threads`] or `TREEPOOL_NUM_THREADS` is reduced to it, as
-/// rayon-core's `max_num_threads` documents (rayon's own limit is 65535 on 64-bit targets).
+/// [`ThreadPoolBuilder::num_threads`] or `RAYON_NUM_THREADS` is reduced to it, as
+/// rayon-core's `max_num_threads` documents (rayon's own limit is 65535 on 64-bit targets); a
+/// larger `TREEPOOL_NUM_THREADS` is a build error ([`NUM_THREADS_ENV`]).
 ///
 /// ```
 /// let pool = treepool::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
@@ -131,11 +143,12 @@ impl ThreadPoolBuilder {
 
 impl<S> ThreadPoolBuilder<S> {
     /// The number of worker threads. `0` (the default) means the `TREEPOOL_NUM_THREADS`
-    /// environment variable if set (a value that is not a positive integer is a build error),
-    /// else rayon-core's `RAYON_NUM_THREADS`, else its deprecated `RAYON_RS_NUM_CPUS`
-    /// ([`RAYON_NUM_THREADS_ENVS`]: read as rayon-core reads them, never an error), else
-    /// [`std::thread::available_parallelism`]. More than [`max_num_threads`] (any way) is
-    /// reduced to it.
+    /// environment variable if set (a value that is not a number from 1 to
+    /// [`max_num_threads`] is a build error naming the variable and the value:
+    /// [`NUM_THREADS_ENV`]), else rayon-core's `RAYON_NUM_THREADS`, else its deprecated
+    /// `RAYON_RS_NUM_CPUS` ([`RAYON_NUM_THREADS_ENVS`]: read as rayon-core reads them, never an
+    /// error), else [`std::thread::available_parallelism`]. More than [`max_num_threads`],
+    /// given here or in rayon's variables, is reduced to it.
     ///
     /// ```
     /// // A rayon program's setting sizes default pools, unless TREEPOOL_NUM_THREADS is set.
@@ -156,8 +169,9 @@ impl<S> ThreadPoolBuilder<S> {
     ///
     /// Not set, it is the `TREEPOOL_MAX_INFLIGHT` environment variable ([`MAX_INFLIGHT_ENV`])
     /// if set, under the same rule (a value that is not a number from 1 to 2³² − 1 is a build
-    /// error), else [`DEFAULT_TOKENS_PER_THREAD`] per thread. The variable is how a program
-    /// that never builds a pool (a rayon program on treepool's global pool) sets its cap.
+    /// error naming the variable and the value), else [`DEFAULT_TOKENS_PER_THREAD`] per
+    /// thread. Set, the variable is not read. The variable is how a program that never builds a
+    /// pool (a rayon program on treepool's global pool) sets its cap.
     ///
     /// ```
     /// std::env::set_var(treepool::MAX_INFLIGHT_ENV, "5");
@@ -542,28 +556,43 @@ impl<F: FnMut(ThreadBuilder) -> io::Result<()>> ThreadSpawn for CustomSpawn<F> {
 }
 
 /// The number of tokens: as asked, else `TREEPOOL_MAX_INFLIGHT` (1 to `MAX_TOKENS` either way),
-/// else `DEFAULT_TOKENS_PER_THREAD` per thread.
+/// else `DEFAULT_TOKENS_PER_THREAD` per thread. A cap set in code is checked on its own, and the
+/// variable is then not read (the builder's value wins, even over a bad one).
 fn resolve_max_inflight(cap: Option<usize>, num_threads: usize) -> Result<usize, BuildError> {
-    let cap = match (cap, std::env::var_os(MAX_INFLIGHT_ENV)) {
-        (None, Some(value)) => match value.to_str().map(|v| v.trim().parse::<usize>()) {
-            Some(Ok(cap)) => Some(cap),
-            _ => {
-                return Err(BuildError::new(format!(
-                    "{MAX_INFLIGHT_ENV}={value:?} is not a number of tokens"
-                )))
-            }
-        },
-        (cap, _) => cap,
-    };
     match cap {
         Some(0) => Err(BuildError::new("max_inflight must be at least 1, got 0")),
         Some(cap) if cap > MAX_TOKENS => Err(BuildError::new(format!(
             "max_inflight must be at most {MAX_TOKENS}, got {cap}"
         ))),
         Some(cap) => Ok(cap),
-        None => Ok(num_threads
-            .saturating_mul(DEFAULT_TOKENS_PER_THREAD)
-            .min(MAX_TOKENS)),
+        None => Ok(
+            env_count(MAX_INFLIGHT_ENV, "tokens", MAX_TOKENS)?.unwrap_or_else(|| {
+                num_threads
+                    .saturating_mul(DEFAULT_TOKENS_PER_THREAD)
+                    .min(MAX_TOKENS)
+            }),
+        ),
+    }
+}
+
+/// Reads treepool's own count variable `name` (`what` it counts): `None` if it is not set, else
+/// a decimal number from 1 to `max` (surrounding whitespace ignored). Anything else (empty, `0`,
+/// negative, not a number, above `max`, not UTF-8) is an error whose message starts with the
+/// variable and its value, as `NAME="value"`: the value is quoted so that an empty one, or
+/// one with whitespace or bytes that are not UTF-8, shows. Unlike rayon-core, which skips a
+/// value it cannot use, treepool's variables are strict: they are only ever set for treepool, so
+/// a bad value is a mistake to report, not a setting meant for another program. A value above
+/// `max` is refused rather than reduced, so that the variable never silently means less than it
+/// says (`num_threads` in code is reduced to `MAX_THREADS`, as rayon-core reduces it).
+fn env_count(name: &str, what: &str, max: usize) -> Result<Option<usize>, BuildError> {
+    let Some(value) = std::env::var_os(name) else {
+        return Ok(None);
+    };
+    match value.to_str().map(|v| v.trim().parse::<usize>()) {
+        Some(Ok(n)) if (1..=max).contains(&n) => Ok(Some(n)),
+        _ => Err(BuildError::new(format!(
+            "{name}={value:?}: not a number of {what} from 1 to {max} (unset it for the default)"
+        ))),
     }
 }
 
@@ -576,28 +605,36 @@ fn default_stack_size() -> usize {
         .unwrap_or(2 << 20)
 }
 
-/// The number of workers: `n`, else `TREEPOOL_NUM_THREADS`, else the first of rayon-core's
-/// variables that is a positive integer, else the available parallelism; at most `MAX_THREADS`.
+/// The number of workers: `n` (at most `MAX_THREADS`), else `TREEPOOL_NUM_THREADS` (1 to
+/// `MAX_THREADS`, else an error), else rayon-core's variables read as rayon-core reads them
+/// ([`rayon_core_num_threads`]), at most `MAX_THREADS`.
 fn resolve_num_threads(n: usize) -> Result<usize, BuildError> {
     if n > 0 {
         return Ok(n.min(MAX_THREADS));
     }
-    if let Some(value) = std::env::var_os(NUM_THREADS_ENV) {
-        let parsed = value.to_str().map(|v| v.trim().parse::<usize>());
-        return match parsed {
-            Some(Ok(n)) if n > 0 => Ok(n.min(MAX_THREADS)),
-            _ => Err(BuildError::new(format!(
-                "{NUM_THREADS_ENV}={value:?} is not a positive number of threads"
-            ))),
-        };
+    if let Some(n) = env_count(NUM_THREADS_ENV, "threads", MAX_THREADS)? {
+        return Ok(n);
     }
-    let rayon = RAYON_NUM_THREADS_ENVS
-        .iter()
-        .find_map(|name| std::env::var(name).ok()?.trim().parse::<usize>().ok());
-    let n = rayon
-        .filter(|&n| n > 0)
-        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()));
-    Ok(n.unwrap_or(1).min(MAX_THREADS))
+    Ok(rayon_core_num_threads().min(MAX_THREADS))
+}
+
+/// The thread count rayon-core 1.13's `ThreadPoolBuilder::get_num_threads` gives a builder with
+/// `num_threads(0)`, step for step, so that a rayon program's environment means on treepool what
+/// it means on rayon: `RAYON_NUM_THREADS` if it is a positive number; `0` there means the
+/// available parallelism (`RAYON_RS_NUM_CPUS` is then not read); a value that is not a number
+/// (`usize::from_str`: no whitespace, no sign but `+`, not above `usize::MAX`; not UTF-8) is
+/// skipped. Then `RAYON_RS_NUM_CPUS` if it is a positive number, else the available
+/// parallelism (1 if unknown). Never an error; rayon-core reduces the result to its
+/// `max_num_threads` as the caller reduces it to treepool's.
+fn rayon_core_num_threads() -> usize {
+    let [rayon, deprecated] = RAYON_NUM_THREADS_ENVS;
+    let read = |name| std::env::var(name).ok()?.parse::<usize>().ok();
+    let default = || std::thread::available_parallelism().map_or(1, |n| n.get());
+    match read(rayon) {
+        Some(n @ 1..) => n,
+        Some(0) => default(),
+        None => read(deprecated).filter(|&n| n > 0).unwrap_or_else(default),
+    }
 }
 
 /// Another name for [`BuildError`], as rayon-core calls it.

@@ -68,22 +68,25 @@ fn num_threads_env_not_unicode_is_a_build_error() {
     });
 }
 
+/// Above the limit, `TREEPOOL_NUM_THREADS` is refused, not reduced as `num_threads(n)` is
+/// (issue 36: treepool's own variables stop with a message naming the variable and the value),
+/// and no worker is started first.
 #[test]
-fn num_threads_env_above_the_maximum_is_clamped() {
+fn num_threads_env_above_the_maximum_is_an_error_before_any_worker() {
     common::isolated!(150, || {
         let too_many = (treepool::max_num_threads() + 1).to_string();
-        std::env::set_var(treepool::NUM_THREADS_ENV, too_many);
+        std::env::set_var(treepool::NUM_THREADS_ENV, &too_many);
         let started = AtomicUsize::new(0);
-        // Threads that are never run: the count is what matters.
-        let pool = ThreadPoolBuilder::new()
+        let err = ThreadPoolBuilder::new()
             .spawn_handler(|_thread| {
                 started.fetch_add(1, Ordering::Relaxed);
                 Ok(())
             })
             .build()
-            .unwrap();
-        assert_eq!(pool.current_num_threads(), treepool::max_num_threads());
-        assert_eq!(started.into_inner(), treepool::max_num_threads());
+            .unwrap_err();
+        let named = format!("{}={too_many:?}", treepool::NUM_THREADS_ENV);
+        assert!(err.to_string().starts_with(&named), "{err}");
+        assert_eq!(started.into_inner(), 0);
     });
 }
 
