@@ -254,9 +254,11 @@ impl<S> ThreadPoolBuilder<S> {
 
     /// Calls `handler(index)` on each worker thread the pool started, once the pool was dropped
     /// and the worker ran out of work, just before the thread exits. Admission and panics: as
-    /// for [`start_handler`](ThreadPoolBuilder::start_handler); a call into the pool from an
-    /// exit handler runs on a pool token only if one is free (the other workers may have exited,
-    /// and no job should wait for them).
+    /// for [`start_handler`](ThreadPoolBuilder::start_handler): a call into the pool from an
+    /// exit handler is a root job on a pool token (while another handler's call holds the
+    /// token, the handler's thread waits for it, running the pool's jobs). What it spawns still
+    /// runs: the worker drains the pool again after the handler returns, before the thread
+    /// exits (the other workers may have exited already).
     pub fn exit_handler<H>(mut self, handler: H) -> Self
     where
         H: Fn(usize) + Send + Sync + 'static,
@@ -280,7 +282,8 @@ impl<S> ThreadPoolBuilder<S> {
     /// the pool. Start and exit handlers do not run for it.
     ///
     /// The thread stays worker 0 until the pool is dropped (on any thread; the thread leaves
-    /// it at its next call, or once a call in progress returns), or until it exits; with
+    /// it at its next call, or once a call in progress returns, running what is left queued in
+    /// the pool first if it is the pool's only thread), or until it exits; with
     /// [`build_global`](ThreadPoolBuilder::build_global), for the whole process. It is then a
     /// plain thread again: its free calls go to the global pool.
     /// Building while the thread is a worker of any pool, or worker 0 of another one, is a
@@ -505,7 +508,17 @@ impl ThreadBuilder {
             }
             Handlers::call(&handlers.start, index, &registry);
         };
-        let exit = |index| Handlers::call(&handlers.exit, index, &registry);
+        let exit = |index| {
+            Handlers::call(&handlers.exit, index, &registry);
+            if handlers.exit.is_some() {
+                // What the handler spawned (detached jobs, or a grant its root's token made)
+                // is in this worker's deque, and the other workers may have exited: the worker
+                // drains the pool once more, as it did before the handler, so that it runs.
+                if let Some(worker) = WorkerThread::current() {
+                    worker.drain();
+                }
+            }
+        };
         main_loop(self.seed, self.registry, headroom, start, exit);
     }
 }

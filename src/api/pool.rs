@@ -25,7 +25,11 @@ use crate::worker::wait::wait_on;
 /// A work-stealing pool whose jobs are admitted through a lending token table.
 ///
 /// Dropping the pool lets the queued work finish, then the workers exit; the drop itself does not
-/// wait for them.
+/// wait for them. Nothing the pool accepted is dropped unrun: what its running jobs, its exit
+/// handlers and the builder's thread of
+/// [`use_current_thread`](crate::ThreadPoolBuilder::use_current_thread) give it after the drop
+/// runs too (with `num_threads(1)`, on the builder's thread, at its next call or look at the pool,
+/// or in the drop itself when made there).
 ///
 /// ```
 /// let pool = treepool::ThreadPoolBuilder::new().num_threads(2).max_inflight(4).build().unwrap();

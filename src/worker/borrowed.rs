@@ -10,7 +10,9 @@
 //! call, and never admits anything itself: the calls it enters admit their root jobs (see
 //! `pool`). Once the pool has terminated (dropped, on any thread), the first look at the state
 //! outside a call drops it: the thread is a plain thread again, whose calls go where a plain
-//! thread's go, never into the terminated pool, whose workers may have exited.
+//! thread's go, never into the terminated pool, whose workers may have exited. If the thread is
+//! the pool's only thread, that look first runs what is left queued in the pool (nothing a pool
+//! accepted is dropped unrun: design §4.11).
 //!
 //! [`use_current_thread`]: crate::ThreadPoolBuilder::use_current_thread
 
@@ -53,9 +55,10 @@ fn with_worker<T>(f: impl FnOnce(&WorkerThread) -> T) -> Option<T> {
 }
 
 /// The calling thread's borrowed worker state, if it is a borrowed worker outside a call, of a
-/// pool that has not terminated. The state of a terminated pool is dropped here (see the module
-/// doc). The pointer stays valid until the thread's exit or a later look that finds its pool
-/// terminated with the thread outside every call: never while a call holds it.
+/// pool that has not terminated. The state of a terminated pool is dropped here, after its
+/// queued work ran if the thread is its only thread ([`leave_terminated`]). The pointer stays
+/// valid until the thread's exit or a later look that finds its pool terminated with the thread
+/// outside every call: never while a call holds it.
 fn outside_call() -> Option<*const WorkerThread> {
     if WorkerThread::current().is_some() {
         return None;
@@ -70,8 +73,28 @@ fn outside_call() -> Option<*const WorkerThread> {
         })
         .unwrap_or((None, None));
     // Dropped outside the thread-local's borrow: the registry may go with it.
-    drop(stale);
+    if let Some(stale) = stale {
+        leave_terminated(stale);
+    }
     live
+}
+
+/// Drops the calling thread's state as worker 0 of a terminated pool, taken out of the
+/// thread-local at the thread's first look outside every call since the pool terminated. If the
+/// thread is the pool's only thread (`num_threads(1)`), what it left queued (handed over as it
+/// left its last call) and what others queued for it since (spawns from other pools' workers and
+/// plain threads, granted or injected) has nobody else to run it: the thread drains the pool
+/// first, entered as worker 0, as every worker of a dropped pool does before it exits. A pool
+/// with other workers needs nothing here: they drain it after they see it terminated, and the
+/// thread's hand-over came before (`Leave`: it saw the pool alive after its pushes and fence).
+fn leave_terminated(worker: Box<WorkerThread>) {
+    if worker.registry().num_threads() == 1 {
+        set_current_worker(&*worker);
+        // Runs jobs only (each catches its panic; one that unwinds aborts): nothing unwinds
+        // past the reset below.
+        worker.drain();
+        set_current_worker(std::ptr::null());
+    }
 }
 
 /// Runs `f(worker, value)` with the calling thread entered as its pool's worker 0, if it is a

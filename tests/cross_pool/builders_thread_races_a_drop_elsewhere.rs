@@ -11,6 +11,8 @@
 //! in-place scopes looked at the thread's borrowed state twice (to pick the pool, then to enter
 //! it), and a drop between the two looks sent the call into the terminated pool: it hung within
 //! a few hundred trials. They now look once (`in_current_pool`), as `scope` and `join` did.
+//! Detached spawns must run too (issue 36): queued in the one-thread pool when it is dropped,
+//! they run at the builder's thread's next look, which drains the pool.
 
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -88,5 +90,33 @@ fn builders_thread_opens_scopes_while_its_pool_is_dropped_elsewhere() {
         let mut hit = false;
         treepool::scope(|s| s.spawn(|_| hit = true));
         assert!(hit);
+    });
+}
+
+/// Detached `treepool::spawn` and `treepool::spawn_broadcast`: every job accepted runs, in the
+/// pool before the drop, in the global pool after it, or (queued in the one-thread pool when it
+/// was dropped) at the builder's thread's next look, which drains the terminated pool before it
+/// leaves it (issue 36: the look dropped the pool with the jobs still queued, and they never ran).
+#[test]
+fn builders_thread_spawns_detached_jobs_while_its_pool_is_dropped_elsewhere() {
+    static SPAWNED: AtomicU64 = AtomicU64::new(0);
+    static RAN: AtomicU64 = AtomicU64::new(0);
+    race_calls_with_drops(0x5ba7, || {
+        // Relaxed: counts, compared once every job has run (the spin below).
+        SPAWNED.fetch_add(2, Ordering::Relaxed);
+        treepool::spawn(|| {
+            RAN.fetch_add(1, Ordering::Relaxed);
+        });
+        // Counted once: the broadcast has one job in the pool, one per worker in the global
+        // pool.
+        treepool::spawn_broadcast(|ctx| {
+            if ctx.index() == 0 {
+                RAN.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    });
+    // Jobs that went to the global pool may still be running; a lost one hangs this.
+    watchdog(30, || {
+        crate::common::spin_until(|| RAN.load(Ordering::Relaxed) == SPAWNED.load(Ordering::Relaxed))
     });
 }

@@ -1,6 +1,7 @@
 //! Calls between pools: a job of one pool calling, spawning into or opening an (in-place) scope
 //! of another, random trees across pools and the shrunk deadlock shapes, cycles of single-token
-//! pools, pools dropped mid-flight; each pool's bounds with the credit of calls from others.
+//! pools, pools dropped mid-flight and work given to a terminated pool; each pool's bounds with the
+//! credit of calls from others.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -10,5 +11,6 @@ mod calls;
 mod deferred_spawns_and_cycles;
 mod free_calls_pick_their_pool;
 mod in_place_scopes;
+mod terminated_pools;
 mod trees_and_shapes;
 mod waits_of_every_kind;
