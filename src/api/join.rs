@@ -38,6 +38,10 @@ where
     let result_b = if worker.take_back_half(slot) {
         if slot == 0 {
             worker.runs_its_last_half();
+        } else {
+            // `a` may have run long without a join: an older half goes to a worker that went
+            // idle meanwhile now, not at this thread's next join.
+            worker.serve_request();
         }
         job_b.run_inline()
     } else {
@@ -68,7 +72,10 @@ where
             break;
         }
         match worker.pop() {
-            Some(job) if job == b_ref => return job_b.run_inline(),
+            Some(job) if job == b_ref => {
+                worker.runs_its_last_half();
+                return job_b.run_inline();
+            }
             // A job pushed above `b` (a detached spawn of `a`): it is admitted; run it.
             // SAFETY: jobs in the deque are alive and run once.
             Some(job) => unsafe { job.run() },

@@ -182,6 +182,7 @@ impl WorkerThread {
     /// wait in its `a` can take them (`take_own_half`) whatever it runs above.
     #[inline]
     pub fn join_plainly(&self) -> bool {
+        // A job that kept halves has joined here since it started: `work_wanted`'s condition.
         self.halves.kept_by_current_job() >= crate::worker::lazy::KEPT_HALVES && !self.work_wanted()
     }
 
@@ -199,15 +200,16 @@ impl WorkerThread {
         }
     }
 
-    /// The worker took back its last private half to run it inline: if its deque is empty
-    /// too, that half is all the work it has, so it counts as idle (`count_idle`) from now
-    /// until the half joins. A half that joins at once (most of a fine-grained tree's) leaves
-    /// the count again at once; one that runs long without joining (a coarse leaf) has other
-    /// workers publish their halves meanwhile, so that this worker finds one when it runs dry.
+    /// The worker is about to run a join's `b` inline (taken back private, or popped back): if
+    /// no private half and no job in its deque is left, that half is all the work it has, so it
+    /// counts as idle (`count_idle`) from now until the half joins. A half that joins at once
+    /// (most of a fine-grained tree's) leaves the count again at once; one that runs long
+    /// without joining (a coarse leaf) has other workers publish their halves meanwhile, so
+    /// that this worker finds one when it runs dry.
     #[cold]
     #[inline(never)]
     pub fn runs_its_last_half(&self) {
-        if self.deque.is_empty() {
+        if !self.halves.any() && self.deque.is_empty() {
             self.count_idle();
         }
     }
@@ -231,12 +233,15 @@ impl WorkerThread {
     /// Whether another worker wants work from this one now: one asked (this worker's request
     /// flag is up), or one is idle (the pool's idle count, `Sleep::idle_count`). While a worker is
     /// idle, every `join` gives out a half, as every rayon `join` pushes its `b`; while none
-    /// is, a `join` writes nothing shared.
+    /// is, a `join` writes nothing shared. Asked by a job that has made a `join` since it
+    /// started here, so this worker is not counted idle itself (`push_half` counted it out).
     #[inline]
     pub fn work_wanted(&self) -> bool {
-        // SAFETY: the flag lives in the registry, which this worker's `Arc` keeps alive.
+        debug_assert!(!self.counted_idle.get());
+        // SAFETY: the flag and the sleep state live in the registry, which this worker's `Arc`
+        // keeps alive.
         let asked = unsafe { (*self.request).is_raised() };
-        asked || self.others_idle()
+        asked || unsafe { &*self.sleep }.idle_count() != 0
     }
 
     /// Whether a worker other than this one is counted idle (this one may be, in a wait that
@@ -258,7 +263,7 @@ impl WorkerThread {
     /// [`WorkerThread::work_wanted`]), promotes the oldest private half to the deque. Returns
     /// whether it promoted one.
     #[inline]
-    pub(super) fn serve_request(&self) -> bool {
+    pub fn serve_request(&self) -> bool {
         // SAFETY: the flag lives in the registry, which this worker's `Arc` keeps alive.
         let asked = unsafe { &*self.request }.take();
         (asked || self.others_idle()) && self.promote_oldest()
