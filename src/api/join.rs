@@ -38,10 +38,6 @@ where
     let result_b = if worker.take_back_half(slot) {
         if slot == 0 {
             worker.runs_its_last_half();
-        } else {
-            // `a` may have run long without a join: an older half goes to a worker that went
-            // idle meanwhile now, not at this thread's next join.
-            worker.serve_request();
         }
         job_b.run_inline()
     } else {

@@ -263,7 +263,7 @@ impl WorkerThread {
     /// [`WorkerThread::work_wanted`]), promotes the oldest private half to the deque. Returns
     /// whether it promoted one.
     #[inline]
-    pub fn serve_request(&self) -> bool {
+    pub(super) fn serve_request(&self) -> bool {
         // SAFETY: the flag lives in the registry, which this worker's `Arc` keeps alive.
         let asked = unsafe { &*self.request }.take();
         (asked || self.others_idle()) && self.promote_oldest()
