@@ -151,12 +151,12 @@ impl WorkerThread {
                 .or_else(|| self.take_pinned())
                 .or_else(|| self.steal_injected())
         };
-        // With the index of the worker it was stolen from, if it was.
-        // Out of work of its own, the worker counts as idle until what it steals joins.
-        match local {
-            Some(_) => self.count_busy(),
-            None => self.count_idle(),
+        // Out of work of its own, the worker counts as idle (`count_idle`) until it finds some:
+        // a job it steals keeps it counted until that job joins; anything else is its own work.
+        if local.is_none() {
+            self.count_idle();
         }
+        // With the index of the worker it was stolen from, if it was.
         let found = local
             .map(|job| (job, None))
             .or_else(|| self.steal_from_others().map(|(job, v)| (job, Some(v))))
@@ -168,8 +168,11 @@ impl WorkerThread {
         crate::base::chaos::point();
         match found {
             Some((job, Some(victim))) => self.run_stolen(job, victim, pacing),
-            // SAFETY: jobs in the queues are alive and run once, on a worker of their pool.
-            Some((job, None)) => unsafe { job.run() },
+            Some((job, None)) => {
+                self.count_busy();
+                // SAFETY: jobs in the queues are alive and run once, on a worker of their pool.
+                unsafe { job.run() }
+            }
             None if served => return Round::ThiefWindow,
             None => return Round::Nothing,
         }
