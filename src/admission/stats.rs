@@ -69,7 +69,8 @@ pub struct Stats {
     /// Jobs a worker took from another worker's deque.
     pub steals: u64,
     /// Join halves (`b` of `join(a, b)`) taken from a deque without a token free to admit
-    /// them, and so handed back to their joiner, which ran them inline.
+    /// them, and so sent back unrun to their joiner's thread, which ran them as part of the
+    /// joiner's job.
     pub handed_back: u64,
     /// Credit tokens in use: calls into this pool from jobs of other pools in progress
     /// (`install`, `scope` or `join` called on a worker of another pool). Each runs as a root job

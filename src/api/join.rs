@@ -14,7 +14,7 @@
 use std::marker::PhantomData;
 
 use crate::base::job_ref::{join_values, JobResult};
-use crate::worker::job::JoinJob;
+use crate::worker::job::{JoinJob, PlainHalf};
 use crate::worker::thread::WorkerThread;
 
 /// `join` on a worker thread: the current job's `a` and `b`.
@@ -27,8 +27,13 @@ where
     RB: Send,
 {
     if worker.join_plainly() {
+        // Kept for a wait of `a` that needs `b` (PlainHalvesKept), for no thief.
+        let half = PlainHalf::new(b);
+        // SAFETY: `half` stays on this frame until its slot is popped below.
+        let slot = worker.push_plain_half(unsafe { half.as_plain_ref() });
         let result_a = JobResult::call(a);
-        return join_values(result_a, JobResult::call(b));
+        worker.pop_plain_half(slot);
+        return join_values(result_a, half.into_result());
     }
     let job_b = JoinJob::new(b, worker.index(), worker.current_ptr());
     // SAFETY: `job_b` stays on this frame until it is taken back, popped back or its latch is

@@ -556,7 +556,7 @@ impl Yield {
 /// `None` outside every pool.
 ///
 /// The job was admitted through the token table when it was queued (a stolen `join` half is
-/// admitted now, or handed back unrun), so a yield borrows nothing: it runs that job above the
+/// admitted now, or sent back unrun to its joiner's thread), so a yield borrows nothing: it runs that job above the
 /// caller, as a waiting thread helps, and never waits itself. Join halves that the thread keeps
 /// private are not run (see [`join`]); the job may spawn and wait in turn before it finishes.
 ///

@@ -24,6 +24,7 @@ use crate::base::job_memory;
 use crate::base::job_ref::{JobRef, JobResult};
 use crate::base::wake::WakeTarget;
 use crate::worker::latch::{CountLatch, Latch};
+use crate::worker::lazy::PlainRef;
 use crate::worker::registry::Registry;
 use crate::worker::thread::WorkerThread;
 
@@ -266,6 +267,64 @@ impl<F: FnOnce() -> R + Send, R: Send> RootJob<F, R> {
     pub fn into_value(self) -> R {
         debug_assert!(self.latch.probe());
         self.result.into_inner().into_value()
+    }
+}
+
+/// The `b` of a plain `join(a, b)` (`WorkerThread::join_plainly`), on the joiner's stack: run by
+/// the joiner after `a`, unless a wait of the joiner's job ran it first, as part of the job
+/// (named policy **PlainHalvesKept**). Never promoted, never admitted.
+pub struct PlainHalf<F, R> {
+    func: UnsafeCell<Option<F>>,
+    result: UnsafeCell<JobResult<R>>,
+}
+
+impl<F: FnOnce() -> R + Send, R: Send> PlainHalf<F, R> {
+    /// `func` as the second half of a plain join.
+    #[inline]
+    pub fn new(func: F) -> Self {
+        PlainHalf {
+            func: UnsafeCell::new(Some(func)),
+            result: UnsafeCell::new(JobResult::None),
+        }
+    }
+
+    /// The half as a [`PlainRef`].
+    ///
+    /// # Safety
+    /// The half stays where it is until the joiner pops its ref (`PlainHalves::pop`).
+    #[inline]
+    pub unsafe fn as_plain_ref(&self) -> PlainRef {
+        // SAFETY: `run` runs a `PlainHalf<F, R>` at `data`, which the caller keeps in place.
+        unsafe { PlainRef::new(self as *const Self as *const (), Self::run) }
+    }
+
+    /// The half's result: run here, by the joiner after `a`, unless a wait ran it already.
+    #[inline]
+    pub fn into_result(self) -> JobResult<R> {
+        match self.func.into_inner() {
+            Some(func) => JobResult::call(func),
+            None => self.result.into_inner(),
+        }
+    }
+
+    unsafe fn run(data: *const ()) -> bool {
+        // SAFETY: `data` came from `as_plain_ref`; the half is alive (the caller's contract),
+        // and only this thread touches it.
+        let this = unsafe { &*(data as *const Self) };
+        // SAFETY: as above; `func` is taken once, here or in `into_result`.
+        let Some(func) = (unsafe { (*this.func.get()).take() }) else {
+            return false;
+        };
+        // SAFETY: jobs run only on worker threads.
+        let worker = unsafe { WorkerThread::current_unchecked() };
+        // Above frames of the job that are not its own (the wait's): a start of its own (B5),
+        // one level deeper in `part_depth`, as a half run as part of its job is.
+        worker.start_job(|| {
+            // SAFETY: as above; the joiner reads the result only after `a`, which this wait is
+            // part of, returned.
+            worker.as_part(|| unsafe { *this.result.get() = JobResult::call(func) })
+        });
+        true
     }
 }
 

@@ -106,8 +106,9 @@ impl<H: Copy> PrivateHalves<H> {
 
     /// How many halves the current job keeps private (its own joins' halves, not those of the
     /// jobs it runs above): the halves a wait may take for itself (named policy
-    /// **KeepOwnHalves**: a half of a job buried below the current one would be handed back,
-    /// out of reach of that job's own later wait; shape 2 above kept joins of another job).
+    /// **KeepOwnHalves**: a half of a job buried below the current one, taken by a wait of the
+    /// current one, could only go back to that job unrun; shape 2 above kept joins of another
+    /// job).
     #[inline]
     pub fn kept_by_current_job(&self) -> usize {
         self.len() - self.promoted.get().max(self.base.get())
@@ -175,6 +176,110 @@ impl ReturnedHalves {
     pub fn any(&self) -> bool {
         // SAFETY: as in `keep`.
         !unsafe { &*self.halves.get() }.is_empty()
+    }
+}
+
+/// A plain join's `b` (`PlainHalf`) with its type erased, as the joiner's thread keeps it (`PlainHalves`).
+#[derive(Clone, Copy)]
+pub struct PlainRef {
+    data: *const (),
+    run: unsafe fn(*const ()) -> bool,
+}
+
+impl PlainRef {
+    /// A ref that runs `run(data)`.
+    ///
+    /// # Safety
+    /// `run` may be called with `data` whenever [`PlainRef::run`]'s contract holds.
+    pub unsafe fn new(data: *const (), run: unsafe fn(*const ()) -> bool) -> Self {
+        PlainRef { data, run }
+    }
+
+    /// Runs the half as part of the current job, if it has not run yet; returns whether it ran.
+    ///
+    /// # Safety
+    /// The half is alive (its joiner has not popped it), on this thread, whose current job is
+    /// the joiner's and is not admitting.
+    pub unsafe fn run(self) -> bool {
+        // SAFETY: the caller's contract.
+        unsafe { (self.run)(self.data) }
+    }
+}
+
+/// The `b` of every plain join (`WorkerThread::join_plainly`) in progress on this thread, oldest
+/// first. Not `Sync`: the owner's alone. Generic over the handle only as [`PrivateHalves`] is.
+///
+/// Named policy **PlainHalvesKept**: a plain join's `b` is never promoted (no thief takes it:
+/// that is what makes the join plain), but it is kept where a wait of its own job finds it, and
+/// that wait runs it as part of the job when it finds nothing else (newest first, as a rayon
+/// wait pops its own deque). Kept nowhere, a plain join whose `a` waits (through another pool)
+/// for its `b` hung on every run: `plain_join_whose_a_waits_through_another_pool_for_its_b`.
+pub struct PlainHalves<H> {
+    halves: UnsafeCell<Vec<H>>,
+    /// `halves[..base]` belong to the jobs below the one the thread runs now.
+    base: Cell<usize>,
+}
+
+impl<H> Default for PlainHalves<H> {
+    fn default() -> Self {
+        PlainHalves {
+            halves: UnsafeCell::new(Vec::with_capacity(64)),
+            base: Cell::new(0),
+        }
+    }
+}
+
+impl<H: Copy> PlainHalves<H> {
+    /// Keeps `half`; returns its slot, for [`PlainHalves::pop`].
+    #[inline]
+    pub fn push(&self, half: H) -> usize {
+        // SAFETY: only the owning thread reaches this (the type is not `Sync`), and no reference
+        // into the vector outlives a call.
+        let halves = unsafe { &mut *self.halves.get() };
+        halves.push(half);
+        halves.len() - 1
+    }
+
+    /// The plain join of slot `slot` is done with `a`: drops its half (and any above it, whose
+    /// joins have all returned).
+    #[inline]
+    pub fn pop(&self, slot: usize) {
+        // SAFETY: as in `push`.
+        unsafe { &mut *self.halves.get() }.truncate(slot);
+    }
+
+    /// The current job's halves, newest first, each copied out when the caller asks for it
+    /// (running one may push and pop halves above it).
+    pub fn current_job(&self) -> impl Iterator<Item = H> + '_ {
+        (self.base.get()..self.len()).rev().filter_map(move |i| {
+            // SAFETY: as in `push`; the copy is taken before the caller runs anything.
+            unsafe { &*self.halves.get() }.get(i).copied()
+        })
+    }
+
+    /// Whether any half is kept.
+    #[inline]
+    pub fn any(&self) -> bool {
+        self.len() > 0
+    }
+
+    /// A job starts on this thread, above every half kept now; returns the outer job's mark,
+    /// for [`PlainHalves::leave_job`].
+    #[inline]
+    pub fn enter_job(&self) -> usize {
+        self.base.replace(self.len())
+    }
+
+    /// The job started by the matching [`PlainHalves::enter_job`] returned.
+    #[inline]
+    pub fn leave_job(&self, outer: usize) {
+        self.base.set(outer);
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        // SAFETY: as in `push`.
+        unsafe { &*self.halves.get() }.len()
     }
 }
 

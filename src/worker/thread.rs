@@ -19,7 +19,7 @@ use crate::base::sync::{thread, Arc, Ordering};
 use crate::base::wake::WakeTarget;
 use crate::worker::help_first::{CountHandoff, WaitingSpawn};
 use crate::worker::latch::CountLatch;
-use crate::worker::lazy::{PrivateHalves, RequestFlag, ReturnedHalves};
+use crate::worker::lazy::{PlainHalves, PlainRef, PrivateHalves, RequestFlag, ReturnedHalves};
 use crate::worker::registry::{admission_counter, Registry, WorkerSeed};
 use crate::worker::sleep::Sleep;
 
@@ -40,6 +40,8 @@ pub struct WorkerThread {
     pub(super) handoff: CountHandoff,
     /// The `b` halves of the joins this thread is in, not yet visible to thieves.
     pub(super) halves: PrivateHalves,
+    /// The `b` of the plain joins this thread is in (named policy **PlainHalvesKept**).
+    pub(super) plain: PlainHalves<PlainRef>,
     /// Promoted halves of the jobs this thread runs that came back unrun, for those jobs'
     /// waits (named policy **HalfReturnsToItsJob**).
     pub(super) returned: ReturnedHalves,
@@ -115,7 +117,9 @@ impl WorkerThread {
     pub fn with_current<T>(&self, job: *const Lender, f: impl FnOnce() -> T) -> T {
         let outer = self.current.replace(job);
         let outer_base = self.halves.enter_job();
+        let outer_plain = self.plain.enter_job();
         let value = f();
+        self.plain.leave_job(outer_plain);
         self.halves.leave_job(outer_base);
         self.current.set(outer);
         value
@@ -282,7 +286,7 @@ impl WorkerThread {
 
     /// Promotes the oldest private half for this thread itself to run, as if a thief had asked
     /// (`JoinJob::run` runs it like any half taken from a deque: as part of its joiner's job if
-    /// that is the current one, else admitted or handed back). A thread that waits
+    /// that is the current one, else admitted or sent back). A thread that waits
     /// and finds no other work does this: the half's job may be what it waits for (a `join`
     /// whose `a` waits for `b` to start, across pools), and no one else may be there to ask.
     pub(super) fn take_own_half(&self) -> Option<JobRef> {
@@ -313,7 +317,32 @@ impl WorkerThread {
     /// halves (`current_thread_has_pending_tasks`). Racy by nature: thieves take from the
     /// deque at any time.
     pub fn has_local_work(&self) -> bool {
-        !self.deque.is_empty() || self.halves.any() || self.returned.any()
+        !self.deque.is_empty() || self.halves.any() || self.returned.any() || self.plain.any()
+    }
+
+    /// Keeps a plain join's `b` for a wait of its job (**PlainHalvesKept**); returns its slot.
+    #[inline]
+    pub fn push_plain_half(&self, half: PlainRef) -> usize {
+        self.plain.push(half)
+    }
+
+    /// The plain join of `slot` is done with `a`; its `b` is its own again.
+    #[inline]
+    pub fn pop_plain_half(&self, slot: usize) {
+        self.plain.pop(slot);
+    }
+
+    /// Runs the newest plain join half of the current job that has not run, as part of the
+    /// job; returns whether it ran one. The current job is not admitting.
+    pub(super) fn run_plain_half(&self) -> bool {
+        if self.plain.current_job().next().is_none() {
+            return false;
+        }
+        // Its own work: not idle while it runs (a `join` in it must not see itself idle).
+        self.count_busy();
+        // SAFETY: the current job's halves are alive (their joiners are below, in `a`), on this
+        // thread, and the caller's job is theirs and not admitting.
+        self.plain.current_job().any(|half| unsafe { half.run() })
     }
 
     /// A promoted half of `job` (run by worker `owner` of this pool), taken by this thread and
@@ -450,6 +479,7 @@ impl WorkerThread {
             handoff: CountHandoff::default(),
             halves: PrivateHalves::default(),
             returned: ReturnedHalves::default(),
+            plain: PlainHalves::default(),
             request,
             sleep,
             counted_idle: Cell::new(false),
@@ -534,7 +564,7 @@ impl Registry {
         self.note_admitted(lender, Admission::Credit);
     }
 
-    /// Counts a join half handed back to its joiner unrun.
+    /// Counts a join half sent back to its joiner's thread unrun.
     pub fn note_handed_back(&self) {
         self.counters.bump(self.slot(), Counter::HandedBack);
     }

@@ -35,17 +35,18 @@ const SPIN_ROUNDS: u32 = 64;
 pub enum Policy<'a> {
     /// **The rule**: any admitted job of the context's pool (own deque, newest first; own inbox
     /// of pinned jobs; the injector; other workers' deques), and the private join halves of the
-    /// jobs this thread waits in: promoted when a thief asks, and taken by the wait itself once
-    /// it finds nothing else (a half runs as part of its job if that job is current, else it is
-    /// admitted like any steal, or handed back: `JoinJob`'s run).
+    /// jobs this thread waits in: promoted while work is wanted, and taken by the wait itself
+    /// once it finds nothing else (a half runs as part of its job if that job is current, else
+    /// it is admitted like any steal, or sent back to its joiner's thread: `JoinJob`'s run);
+    /// before them the current job's halves that came back unrun (**HalfReturnsToItsJob**),
+    /// after them its plain joins' halves (**PlainHalvesKept**).
     ///
     /// One narrowing belongs to the rule, **AdmittingKeepsHalves**: while the current job waits to admit
     /// a spawn ([`WorkerThread::current_admits`]), its private halves are neither promoted nor
     /// taken. No token is free to admit one and it could not run as part of the job (a job has
-    /// one child waiting for its token at most, `runs_as_part_of`), so it would be handed back,
-    /// out of reach of the job's later wait that needs it. The hang it prevents: `a` waits
-    /// through another pool for something its own `b` produces ("shape 2", as rayon runs it),
-    /// while a spawn of the same job waits for admission. Kept private, the later wait takes it.
+    /// one child waiting for its token at most, `runs_as_part_of`), so it would only come back
+    /// (**HalfReturnsToItsJob**) for the job's later wait; kept private, that wait takes it
+    /// without the round trip.
     AnyAdmitted,
     /// **OwnItems** (the ordered-stream consumer on a worker): only what the closure runs (the
     /// stream's own items; it returns whether it ran one) and the jobs pinned to this worker (a
@@ -174,6 +175,8 @@ impl WorkerThread {
                 unsafe { job.run() }
             }
             None if served => return Round::ThiefWindow,
+            // Last: a plain join's `b` of the current job (PlainHalvesKept).
+            None if !kept && self.run_plain_half() => {}
             None => return Round::Nothing,
         }
         Round::Ran
@@ -219,7 +222,7 @@ impl WorkerThread {
     pub(super) fn run_stolen(&self, job: JobRef, victim: usize, pacing: &mut Pacing) {
         let victim_queue = || self.registry.stealers[victim].len();
         let start = pacing.wants_run_time(victim_queue).then(Instant::now);
-        // A join's half handed back runs nothing here: no level is left from an earlier job.
+        // A join's half sent back runs nothing here: no level is left from an earlier job.
         self.spawned_level.set(None);
         // SAFETY: jobs in the queues are alive and run once, on a worker of their pool.
         unsafe { job.run() };
@@ -238,8 +241,8 @@ impl WorkerThread {
     /// whether it ran one. The job runs above the yielding job as a helped job runs above a
     /// wait: it started later, so the proof of B3 covers it (design §5.1), and it starts
     /// through its own `run` like every job, so B5 does too. Private join halves are left
-    /// alone: the current job's would run as part of it anyway, a buried job's would be
-    /// handed back.
+    /// alone: the current job's would run as part of it anyway, a buried job's would come
+    /// back unrun.
     pub fn yield_one(&self, local: bool) -> bool {
         let job = if local { self.pop() } else { self.find_work() };
         let Some(job) = job else { return false };

@@ -1185,3 +1185,29 @@ fn shape_2_inside_a_join_whose_other_half_was_stolen() {
         assert_idle_and_bounded(&b, 2, "B");
     });
 }
+
+/// A join recursion `depth` levels deep whose innermost `a` waits, inside `b.install`, until its
+/// own `b` has started; returns the innermost pair.
+fn plain_join_recursion(b: &treepool::ThreadPool, depth: u32) -> (i32, i32) {
+    if depth == 0 {
+        return x_waits_through_b_for_y(b, || ());
+    }
+    treepool::join(|| plain_join_recursion(b, depth - 1), || ()).0
+}
+
+#[test]
+fn plain_join_whose_a_waits_through_another_pool_for_its_b() {
+    // Past `KEPT_HALVES` private halves, with no worker asking for work, a job's joins are
+    // plain: `a` and `b` run as plain calls. An innermost `a` that waits (in another pool's
+    // `install`) for its own `b` hung on every run on a one-thread pool, and at depth 6 on two
+    // threads, where rayon-core's wait runs `b` from its deque (found as a new user would).
+    // Fixed: a plain join keeps its `b` where a wait of its job finds it (PlainHalvesKept).
+    watchdog(60, || {
+        for (threads, depth) in [(1, 3), (1, 4), (1, 6), (2, 6)] {
+            let (a, b) = (pool(threads, 1), pool(1, 1));
+            let pair = a.install(|| plain_join_recursion(&b, depth));
+            assert_eq!(pair, (11, 20), "{threads} threads, depth {depth}");
+            assert_idle_and_bounded(&a, 1, "A");
+        }
+    });
+}
