@@ -215,28 +215,26 @@ impl PlainRef {
 /// wait pops its own deque). Kept nowhere, a plain join whose `a` waits (through another pool)
 /// for its `b` hung on every run: `plain_join_whose_a_waits_through_another_pool_for_its_b`.
 pub struct PlainHalves<H> {
-    halves: UnsafeCell<Vec<H>>,
-    /// `halves[..base]` belong to the jobs below the one the thread runs now.
-    base: Cell<usize>,
+    /// Each half with its job (the lender of the job current when it was kept).
+    halves: UnsafeCell<Vec<(H, *const Lender)>>,
 }
 
 impl<H> Default for PlainHalves<H> {
     fn default() -> Self {
         PlainHalves {
             halves: UnsafeCell::new(Vec::with_capacity(64)),
-            base: Cell::new(0),
         }
     }
 }
 
 impl<H: Copy> PlainHalves<H> {
-    /// Keeps `half`; returns its slot, for [`PlainHalves::pop`].
+    /// Keeps `half`, a half of `job`; returns its slot, for [`PlainHalves::pop`].
     #[inline]
-    pub fn push(&self, half: H) -> usize {
+    pub fn push(&self, half: H, job: *const Lender) -> usize {
         // SAFETY: only the owning thread reaches this (the type is not `Sync`), and no reference
         // into the vector outlives a call.
         let halves = unsafe { &mut *self.halves.get() };
-        halves.push(half);
+        halves.push((half, job));
         halves.len() - 1
     }
 
@@ -248,38 +246,26 @@ impl<H: Copy> PlainHalves<H> {
         unsafe { &mut *self.halves.get() }.truncate(slot);
     }
 
-    /// The current job's halves, newest first, each copied out when the caller asks for it
-    /// (running one may push and pop halves above it).
-    pub fn current_job(&self) -> impl Iterator<Item = H> + '_ {
-        (self.base.get()..self.len()).rev().filter_map(move |i| {
-            // SAFETY: as in `push`; the copy is taken before the caller runs anything.
-            unsafe { &*self.halves.get() }.get(i).copied()
-        })
+    /// The halves of `job`, newest first: the top entries, for a job's halves lie above those
+    /// of the jobs it runs above. Each is copied out when the caller asks for it (running one
+    /// may push and pop halves above it).
+    pub fn of_job(&self, job: *const Lender) -> impl Iterator<Item = H> + '_ {
+        // SAFETY: as in `push`.
+        let len = unsafe { &*self.halves.get() }.len();
+        (0..len)
+            .rev()
+            // SAFETY: as in `push`; the copy is taken before the caller runs anything, and the
+            // halves below `len` stay (a run pops only what it pushed above them).
+            .map(move |i| unsafe { (&*self.halves.get())[i] })
+            .take_while(move |&(_, of)| of == job)
+            .map(|(half, _)| half)
     }
 
     /// Whether any half is kept.
     #[inline]
     pub fn any(&self) -> bool {
-        self.len() > 0
-    }
-
-    /// A job starts on this thread, above every half kept now; returns the outer job's mark,
-    /// for [`PlainHalves::leave_job`].
-    #[inline]
-    pub fn enter_job(&self) -> usize {
-        self.base.replace(self.len())
-    }
-
-    /// The job started by the matching [`PlainHalves::enter_job`] returned.
-    #[inline]
-    pub fn leave_job(&self, outer: usize) {
-        self.base.set(outer);
-    }
-
-    #[inline]
-    fn len(&self) -> usize {
         // SAFETY: as in `push`.
-        unsafe { &*self.halves.get() }.len()
+        !unsafe { &*self.halves.get() }.is_empty()
     }
 }
 

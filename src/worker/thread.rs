@@ -117,9 +117,7 @@ impl WorkerThread {
     pub fn with_current<T>(&self, job: *const Lender, f: impl FnOnce() -> T) -> T {
         let outer = self.current.replace(job);
         let outer_base = self.halves.enter_job();
-        let outer_plain = self.plain.enter_job();
         let value = f();
-        self.plain.leave_job(outer_plain);
         self.halves.leave_job(outer_base);
         self.current.set(outer);
         value
@@ -323,7 +321,7 @@ impl WorkerThread {
     /// Keeps a plain join's `b` for a wait of its job (**PlainHalvesKept**); returns its slot.
     #[inline]
     pub fn push_plain_half(&self, half: PlainRef) -> usize {
-        self.plain.push(half)
+        self.plain.push(half, self.current.get())
     }
 
     /// The plain join of `slot` is done with `a`; its `b` is its own again.
@@ -335,14 +333,16 @@ impl WorkerThread {
     /// Runs the newest plain join half of the current job that has not run, as part of the
     /// job; returns whether it ran one. The current job is not admitting.
     pub(super) fn run_plain_half(&self) -> bool {
-        if self.plain.current_job().next().is_none() {
+        if self.plain.of_job(self.current.get()).next().is_none() {
             return false;
         }
         // Its own work: not idle while it runs (a `join` in it must not see itself idle).
         self.count_busy();
         // SAFETY: the current job's halves are alive (their joiners are below, in `a`), on this
         // thread, and the caller's job is theirs and not admitting.
-        self.plain.current_job().any(|half| unsafe { half.run() })
+        self.plain
+            .of_job(self.current.get())
+            .any(|half| unsafe { half.run() })
     }
 
     /// A promoted half of `job` (run by worker `owner` of this pool), taken by this thread and
