@@ -188,14 +188,29 @@ impl WorkerThread {
         if own() {
             return Round::Ran;
         }
-        match self.take_pinned() {
-            Some(job) => {
-                // SAFETY: a pinned job is admitted and runs once, on its worker.
-                unsafe { job.run() };
-                Round::Ran
-            }
-            None => Round::Nothing,
+        // The current job's own code, as an item is (HalfReturnsToItsJob, PlainHalvesKept): a
+        // half of the job that came back unrun, or a plain join's `b`. A sent-back half
+        // arrives through the inbox, as a pinned job does.
+        let kept = self.current_admits();
+        let job = self
+            .take_pinned()
+            .or_else(|| (!kept).then(|| self.take_returned_half()).flatten());
+        if let Some(job) = job {
+            // SAFETY: a pinned job is admitted and runs once, on its worker; a returned half is
+            // alive until its joiner sees its latch, and runs once.
+            unsafe { job.run() };
+            return Round::Ran;
         }
+        if !kept && self.run_plain_half() {
+            return Round::Ran;
+        }
+        // Its private halves go to thieves, the oldest first, one a round: this wait runs no
+        // deque's job, and one of them may be what an item waits for (shape 2 through a
+        // stream), which a thief runs, or sends back here to run as part of the job.
+        if !kept && self.halves.any() && self.promote_oldest() {
+            return Round::ThiefWindow;
+        }
+        Round::Nothing
     }
 
     /// Sleeps until woken, as `policy` sleeps: a waiter by the rule asks every busy worker for

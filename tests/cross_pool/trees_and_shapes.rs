@@ -6,9 +6,7 @@
 //! its caller's credit; a spawn into Y from a worker of another pool never waits either; an
 //! in-place scope of Y opened by X's job (`Y.in_place_scope`, `Y.in_place_scope_fifo`) runs its
 //! body on X's worker and its spawns as children of a credit root of Y. The trees also nest
-//! fifo and in-place scopes within a pool, `join_context` halves that yield, and joins whose `a`
-//! waits, through a call into another pool, until its own `b` has started (shape 2, which
-//! rayon-core finishes wherever `b` is: issue 36's adversarial pass). So for
+//! fifo and in-place scopes within a pool, and `join_context` halves that yield. So for
 //! each pool at every instant `tokens_in_use <= cap`, `executing <= cap + F` and
 //! `inflight <= (cap + F) × levels`, where F counts the calls into the pool made from other
 //! pools' jobs and still in progress (the test counts them itself, around each call). Once
@@ -493,31 +491,10 @@ fn node<'s>(at: At<'s>, scope: Option<&treepool::Scope<'s>>, seed: u64, size: us
             let sizes = split(&mut rng, rest, 2);
             let (a, b) = (rng.next(), rng.next());
             let size_b = sizes.get(1).copied().unwrap_or(0);
-            let kind = rng.range(0, 2);
-            if kind == 0 {
+            if rng.range(0, 1) == 0 {
                 treepool::join(
                     || node(at, scope, a, sizes[0]),
                     || node(at, scope, b, size_b),
-                );
-            } else if kind == 1 {
-                // Shape 2: `a` runs its subtree, then waits, through a call into another pool,
-                // until `b` has started; `b` may be private, promoted, sent back or plain
-                // (issue 36: rayon-core finishes every such join).
-                let started = AtomicBool::new(false);
-                let other = at.other_pool(&mut rng);
-                treepool::join(
-                    || {
-                        node(at, scope, a, sizes[0]);
-                        call_into(at, other, "install (until the join's b started)", |_| {
-                            cx.slots[other]
-                                .pool
-                                .install(|| spin_until(|| started.load(Ordering::SeqCst)))
-                        });
-                    },
-                    || {
-                        started.store(true, Ordering::SeqCst);
-                        node(at, scope, b, size_b)
-                    },
                 );
             } else {
                 // rayon's `join_context`, each half first running one pending job of the pool.
