@@ -155,43 +155,24 @@ fn a_join_sibling_run_in_a_plain_scope_wait_inside_a_fallible_body() {
                 let me = treepool::current_thread_index();
                 let (x_started, b_done, inside, b_outcome) =
                     (&x_started, &b_done, &inside, &b_outcome);
-                treepool::join(
-                    || {
-                        let r: Result<(), &str> = treepool::try_scope(|s| {
-                            // Fail first: A is cancelled from here on.
-                            s.spawn(|_| Err("A failed"));
-                            inside.store(true, SeqCst);
-                            treepool::scope(|plain| {
-                                plain.spawn(move |_| {
-                                    x_started.store(true, SeqCst);
-                                    spin_for(b_done, 300);
-                                });
-                                spin_for(x_started, 200);
-                            });
-                            inside.store(false, SeqCst);
-                            Ok(())
-                        });
-                        assert_eq!(r, Err("A failed"));
-                    },
-                    || {
-                        if treepool::current_thread_index() != me || !inside.load(SeqCst) {
-                            return;
-                        }
-                        // An independent fallible scope of `b` (J is a plain job): ten jobs.
-                        let ran = AtomicUsize::new(0);
-                        let r: Result<bool, &str> = treepool::try_scope(|s2: &TryScope<&str>| {
-                            for _ in 0..10 {
-                                s2.spawn(|_| {
-                                    ran.fetch_add(1, SeqCst);
-                                    Ok(())
-                                });
-                            }
-                            Ok(s2.is_cancelled())
-                        });
-                        *b_outcome.lock().unwrap() = Some((r, ran.load(SeqCst)));
-                        b_done.store(true, SeqCst);
-                    },
-                );
+                // The other worker busy inside a join of its own until `a` is inside A: no
+                // worker is idle at J's `join`, so `b` stays private (an idle worker would have
+                // every join give out its `b`, and it would be stolen).
+                let occupied = AtomicBool::new(false);
+                let occupied = &occupied;
+                treepool::scope(|s0| {
+                    s0.spawn(move |_| {
+                        treepool::join(
+                            || {
+                                occupied.store(true, SeqCst);
+                                spin_for(inside, 300);
+                            },
+                            || (),
+                        );
+                    });
+                    spin_for(occupied, 200);
+                    join_in_a_fallible_body(me, x_started, b_done, inside, b_outcome);
+                });
             });
             if let Some((r, ran)) = b_outcome.lock().unwrap().take() {
                 reached += 1;
@@ -210,6 +191,53 @@ fn a_join_sibling_run_in_a_plain_scope_wait_inside_a_fallible_body() {
         assert!(wrong.is_empty(), "{}", wrong.join("\n"));
         settle([&p]);
     });
+}
+
+/// `a_join_sibling_run_in_a_plain_scope_wait_inside_a_fallible_body`'s `join`, on worker `me`.
+fn join_in_a_fallible_body(
+    me: Option<usize>,
+    x_started: &AtomicBool,
+    b_done: &AtomicBool,
+    inside: &AtomicBool,
+    b_outcome: &std::sync::Mutex<Option<(Result<bool, &str>, usize)>>,
+) {
+    treepool::join(
+        || {
+            let r: Result<(), &str> = treepool::try_scope(|s| {
+                // Fail first: A is cancelled from here on.
+                s.spawn(|_| Err("A failed"));
+                inside.store(true, SeqCst);
+                treepool::scope(|plain| {
+                    plain.spawn(move |_| {
+                        x_started.store(true, SeqCst);
+                        spin_for(b_done, 300);
+                    });
+                    spin_for(x_started, 200);
+                });
+                inside.store(false, SeqCst);
+                Ok(())
+            });
+            assert_eq!(r, Err("A failed"));
+        },
+        || {
+            if treepool::current_thread_index() != me || !inside.load(SeqCst) {
+                return;
+            }
+            // An independent fallible scope of `b` (J is a plain job): ten jobs.
+            let ran = AtomicUsize::new(0);
+            let r: Result<bool, &str> = treepool::try_scope(|s2: &TryScope<&str>| {
+                for _ in 0..10 {
+                    s2.spawn(|_| {
+                        ran.fetch_add(1, SeqCst);
+                        Ok(())
+                    });
+                }
+                Ok(s2.is_cancelled())
+            });
+            *b_outcome.lock().unwrap() = Some((r, ran.load(SeqCst)));
+            b_done.store(true, SeqCst);
+        },
+    );
 }
 
 struct LoudError(usize);
