@@ -33,11 +33,36 @@ fn spin_for(flag: &AtomicBool, ms: u64) -> bool {
 const ATTEMPTS: usize = 25;
 
 /// Attempts of `a_join_sibling_run_in_a_plain_scope_wait_inside_a_fallible_body`, which stops after
-/// five that reach its case: the joining thread runs `b` itself only when the other worker did not
-/// ask for work at the `join` (it then steals `b`), which on a loaded machine (the test binary's
-/// other tests on both cores) missed in all of 25 attempts once. An attempt that misses takes about
-/// 300 ms.
+/// five that reach its case: the joining thread runs `b` itself only when no other worker wanted
+/// work at the `join` (it then steals `b`); both tests keep the other worker busy there
+/// (`with_the_other_worker_busy_until`), and on a loaded machine an attempt may still miss. An
+/// attempt that misses takes about 300 ms.
 const SIBLING_ATTEMPTS: usize = 80;
+
+/// Runs `f` on this worker of a two-worker pool while the other worker is busy inside a `join`
+/// of its own until `release` is set (at most 300 ms): no worker is idle at a `join` made early
+/// in `f`, so its `b` stays private (an idle worker would have every `join` give out its `b`, to
+/// be stolen), and the other worker is free to take jobs once `f` sets `release`.
+fn with_the_other_worker_busy_until(release: &AtomicBool, f: impl FnOnce() + Send) {
+    let occupied = AtomicBool::new(false);
+    let occupied = &occupied;
+    treepool::scope(|s0| {
+        s0.spawn(move |_| {
+            treepool::join(
+                || {
+                    occupied.store(true, SeqCst);
+                    spin_for(release, 300);
+                },
+                || (),
+            );
+        });
+        spin_for(occupied, 200);
+        // A request the other worker raised while it was idle is served here, not at `f`'s
+        // first `join`.
+        treepool::join(|| (), || ());
+        f();
+    });
+}
 
 /// Found by review 19's attacks on fallible scopes.
 #[test]
@@ -58,48 +83,54 @@ fn a_join_sibling_run_above_a_fallible_body_is_not_cancelled_by_it() {
                 let me = treepool::current_thread_index();
                 let (x_started, b_signal, x_failed) = (&x_started, &b_signal, &x_failed);
                 let (body_waiting, a_done, b_outcome) = (&body_waiting, &a_done, &b_outcome);
-                let ((), ()) = treepool::join(
-                    || {
-                        let r: Result<(), &str> = treepool::try_scope(|s| {
-                            s.spawn(move |_| {
-                                x_started.store(true, SeqCst);
-                                spin_for(b_signal, 300);
-                                x_failed.store(true, SeqCst);
-                                Err("A failed")
-                            });
-                            // Let another worker take the job, so that this body's end waits.
-                            spin_for(x_started, 200);
-                            body_waiting.store(true, SeqCst);
-                            Ok(())
-                        });
-                        a_done.store(true, SeqCst);
-                        assert_eq!(r, Err("A failed"));
-                    },
-                    || {
-                        let above = treepool::current_thread_index() == me
-                            && body_waiting.load(SeqCst)
-                            && !a_done.load(SeqCst);
-                        if !above {
-                            return;
-                        }
-                        // `b` runs on the joiner's thread above A's end wait. An independent
-                        // fallible scope: nothing encloses it but J (a plain job).
-                        let ran = AtomicUsize::new(0);
-                        let r: Result<bool, &str> = treepool::try_scope(|s2: &TryScope<&str>| {
-                            b_signal.store(true, SeqCst);
-                            spin_for(x_failed, 500);
-                            thread::sleep(Duration::from_millis(20));
-                            for _ in 0..10 {
-                                s2.spawn(|_| {
-                                    ran.fetch_add(1, SeqCst);
-                                    Ok(())
+                let in_a = AtomicBool::new(false);
+                let in_a = &in_a;
+                with_the_other_worker_busy_until(in_a, || {
+                    let ((), ()) = treepool::join(
+                        || {
+                            in_a.store(true, SeqCst);
+                            let r: Result<(), &str> = treepool::try_scope(|s| {
+                                s.spawn(move |_| {
+                                    x_started.store(true, SeqCst);
+                                    spin_for(b_signal, 300);
+                                    x_failed.store(true, SeqCst);
+                                    Err("A failed")
                                 });
+                                // Let another worker take the job, so that this body's end waits.
+                                spin_for(x_started, 200);
+                                body_waiting.store(true, SeqCst);
+                                Ok(())
+                            });
+                            a_done.store(true, SeqCst);
+                            assert_eq!(r, Err("A failed"));
+                        },
+                        || {
+                            let above = treepool::current_thread_index() == me
+                                && body_waiting.load(SeqCst)
+                                && !a_done.load(SeqCst);
+                            if !above {
+                                return;
                             }
-                            Ok(s2.is_cancelled())
-                        });
-                        *b_outcome.lock().unwrap() = Some((r, ran.load(SeqCst)));
-                    },
-                );
+                            // `b` runs on the joiner's thread above A's end wait. An independent
+                            // fallible scope: nothing encloses it but J (a plain job).
+                            let ran = AtomicUsize::new(0);
+                            let r: Result<bool, &str> =
+                                treepool::try_scope(|s2: &TryScope<&str>| {
+                                    b_signal.store(true, SeqCst);
+                                    spin_for(x_failed, 500);
+                                    thread::sleep(Duration::from_millis(20));
+                                    for _ in 0..10 {
+                                        s2.spawn(|_| {
+                                            ran.fetch_add(1, SeqCst);
+                                            Ok(())
+                                        });
+                                    }
+                                    Ok(s2.is_cancelled())
+                                });
+                            *b_outcome.lock().unwrap() = Some((r, ran.load(SeqCst)));
+                        },
+                    );
+                });
             });
             if let Some((r, ran)) = b_outcome.lock().unwrap().take() {
                 reached += 1;
@@ -155,23 +186,8 @@ fn a_join_sibling_run_in_a_plain_scope_wait_inside_a_fallible_body() {
                 let me = treepool::current_thread_index();
                 let (x_started, b_done, inside, b_outcome) =
                     (&x_started, &b_done, &inside, &b_outcome);
-                // The other worker busy inside a join of its own until `a` is inside A: no
-                // worker is idle at J's `join`, so `b` stays private (an idle worker would have
-                // every join give out its `b`, and it would be stolen).
-                let occupied = AtomicBool::new(false);
-                let occupied = &occupied;
-                treepool::scope(|s0| {
-                    s0.spawn(move |_| {
-                        treepool::join(
-                            || {
-                                occupied.store(true, SeqCst);
-                                spin_for(inside, 300);
-                            },
-                            || (),
-                        );
-                    });
-                    spin_for(occupied, 200);
-                    join_in_a_fallible_body(me, x_started, b_done, inside, b_outcome);
+                with_the_other_worker_busy_until(inside, || {
+                    join_in_a_fallible_body(me, x_started, b_done, inside, b_outcome)
                 });
             });
             if let Some((r, ran)) = b_outcome.lock().unwrap().take() {
