@@ -19,32 +19,12 @@
 # (ceil(leaves / threads) × 2 ms), and the most leaves asleep at once (median over the rounds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROUNDS=${ROUNDS:-1}
-OUT=${OUT:-docs/benchmarks.md}
-[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS=$ROUNDS: expected a positive integer" >&2; exit 2; }
-quick=${TREEPOOL_BENCH_QUICK:-0}
-[[ $quick == 0 ]] && quick=
-
-target_dir=$(cargo metadata --format-version 1 --no-deps |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+# shellcheck source=common/criterion_rounds.sh
+. benches/common/criterion_rounds.sh
 results=$target_dir/blocking-leaves
-rm -rf "$results"
-mkdir -p "$results"
-
-cargo bench --no-run --bench blocking_leaves
-for round in $(seq "$ROUNDS"); do
-    echo "=== blocking leaves, round $round/$ROUNDS${quick:+ (quick)}" >&2
-    touch "$results/start"
-    cargo bench -q --bench blocking_leaves -- "$@"
-    find "$target_dir/criterion" -path '*/blocking_*_t*/*/new/estimates.json' -newer "$results/start" \
-        -printf '%p\n' | while read -r path; do
-        fn_dir=$(dirname "$(dirname "$path")")
-        median=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["median"]["point_estimate"])' "$path")
-        echo "$(basename "$(dirname "$fn_dir")") $(basename "$fn_dir") $median"
-    done >"$results/round-$round"
-    cat "$target_dir"/treepool-bench/blocking_leaves_t*.json >"$results/peaks-$round"
-    [[ -s "$results/round-$round" ]] || { echo "round $round wrote no blocking_* results" >&2; exit 1; }
-done
+# The most leaves asleep at once, as the bench wrote them this round.
+after_round() { cat "$target_dir"/treepool-bench/blocking_leaves_t*.json >"$results/peaks-$1"; }
+criterion_rounds blocking_leaves 'blocking_*_t*' "$results" "$@"
 
 rounds_knob=
 ((ROUNDS == 1)) || rounds_knob="ROUNDS=$ROUNDS "

@@ -21,32 +21,10 @@
 # and the median over the rounds of the ratio treepool / rayon within a round, with its range.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROUNDS=${ROUNDS:-1}
-OUT=${OUT:-docs/benchmarks.md}
-[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS=$ROUNDS: expected a positive integer" >&2; exit 2; }
-quick=${TREEPOOL_BENCH_QUICK:-0}
-[[ $quick == 0 ]] && quick=
-
-target_dir=$(cargo metadata --format-version 1 --no-deps |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+# shellcheck source=common/criterion_rounds.sh
+. benches/common/criterion_rounds.sh
 results=$target_dir/spawn-shapes
-rm -rf "$results"
-mkdir -p "$results"
-
-cargo bench --no-run --bench spawn_shapes
-for round in $(seq "$ROUNDS"); do
-    echo "=== spawn shapes, round $round/$ROUNDS${quick:+ (quick)}" >&2
-    touch "$results/start"
-    cargo bench -q --bench spawn_shapes -- "$@"
-    # This round's medians, in the order the bench wrote them: "<group> <function> <ns>".
-    find "$target_dir/criterion" -path '*/spawn_*_t*/*/new/estimates.json' -newer "$results/start" \
-        -printf '%T@ %p\n' | sort -n | while read -r _ path; do
-        fn_dir=$(dirname "$(dirname "$path")")
-        median=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["median"]["point_estimate"])' "$path")
-        echo "$(basename "$(dirname "$fn_dir")") $(basename "$fn_dir") $median"
-    done >"$results/round-$round"
-    [[ -s "$results/round-$round" ]] || { echo "round $round wrote no spawn_* results" >&2; exit 1; }
-done
+criterion_rounds spawn_shapes 'spawn_*_t*' "$results" "$@"
 
 rounds_knob=
 ((ROUNDS == 1)) || rounds_knob="ROUNDS=$ROUNDS "
