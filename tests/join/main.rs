@@ -7,4 +7,5 @@ mod common;
 mod basics;
 mod context_and_yield;
 mod lazy;
+mod plain_halves;
 mod spreading;
