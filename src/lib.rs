@@ -101,7 +101,7 @@ pub mod __loom {
         live_lenders, Admission, Lender, LenderRef, Registration, TokenTable,
     };
     pub use crate::api::ordered::Handoff;
+    pub use crate::base::half_stack::{Back, HalfOwner, HalfStack, Place, Steal, HALF_SLOTS};
     pub use crate::base::sync::Arc;
-    pub use crate::worker::lazy::{PrivateHalves, RequestFlag};
     pub use crate::worker::sleep::Sleep;
 }

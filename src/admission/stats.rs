@@ -21,7 +21,8 @@ use crate::base::sync::{AtomicU64, AtomicUsize, Ordering};
 /// max_inflight`, `executing <= max_inflight + calls_in` and `inflight <= (max_inflight +
 /// calls_in) * peak_depth`, where `calls_in` counts the calls into this pool made from jobs of
 /// other pools that are in progress (each runs on its caller's credit, see
-/// [`ThreadPool::install`](crate::ThreadPool::install)); with no such calls these are the bounds B1 and B2 with
+/// [`ThreadPool::install`](crate::ThreadPool::install)) and the join halves run on credit
+/// (see [`Stats::halves_on_credit`]); with neither these are the bounds B1 and B2 with
 /// `max_inflight` alone. Once the pool is idle, `inflight`, `executing`, `tokens_in_use` and
 /// `calls_in` are zero.
 ///
@@ -68,24 +69,29 @@ pub struct Stats {
     pub admission_waits: u64,
     /// Jobs a worker took from another worker's deque.
     pub steals: u64,
-    /// Join halves (`b` of `join(a, b)`) taken from a deque without a token free to admit
-    /// them, and so sent back unrun to their joiner's thread, which ran them as part of the
-    /// joiner's job.
+    /// Join halves (`b` of `join(a, b)`) claimed by a thread that found no token free to admit
+    /// them, and so left unrun where they were, for their joiner's job to run as part of it.
     pub handed_back: u64,
     /// Credit tokens in use: calls into this pool from jobs of other pools in progress
-    /// (`install`, `scope` or `join` called on a worker of another pool). Each runs as a root job
-    /// on its caller's credit, a token that is not one of this pool's `max_inflight`; like any
-    /// token it stays parked while a detached descendant holds its loan, so it can outlast its
-    /// call by that long.
+    /// (`install`, `scope` or `join` called on a worker of another pool), and join halves run on
+    /// credit (see [`Stats::halves_on_credit`]). Each call runs as a root job on its caller's
+    /// credit, a token that is not one of this pool's `max_inflight`; like any token it stays
+    /// parked while a detached descendant holds its loan, so it can outlast its call by that
+    /// long.
     pub calls_in: usize,
     /// The most calls from other pools ever in progress at once.
     pub peak_calls_in: usize,
-    /// Root jobs admitted on the credit of a call from another pool.
+    /// Jobs admitted on credit: roots of calls from another pool, and halves on credit.
     pub admitted_on_credit: u64,
+    /// Join halves run on credit: the `b` of a join of a job that waits, below on the same
+    /// thread, for a call it made into another pool (its `a` may be waiting there for this very
+    /// `b`), met by a wait on that thread with no other work and no token free. Such a half is
+    /// one more token while it runs, counted in [`Stats::calls_in`].
+    pub halves_on_credit: u64,
     /// Join halves made visible to thieves: a `join`'s `b` stays private to its joiner's thread
     /// until another worker wants work (it asks that thread, or it is idle: while any worker is
-    /// idle every `join` promotes), and that thread then pushes its oldest private half to its
-    /// deque. An un-promoted half is run inline by its joiner and counted nowhere.
+    /// idle every `join` promotes), and that thread then makes its oldest private half public,
+    /// where it lies. An un-promoted half is run inline by its joiner and counted nowhere.
     pub promotions: u64,
     /// Jobs started on a stack segment: every job starts with at least half of its worker's
     /// stack free, and a job that a thread would start above frames taking more than that (its
@@ -118,20 +124,22 @@ pub enum Counter {
     AdmissionWaits,
     /// A job stolen from another worker.
     Steals,
-    /// A join half handed back unrun.
+    /// A join half declined (left unrun) by a taker with no token.
     HandedBack,
     /// A root admitted on the credit of a call from another pool.
     AdmittedOnCredit,
-    /// A join half promoted to a deque.
+    /// A join half made public.
     Promotions,
     /// A job started on a stack segment.
     StackSegments,
     /// A spawn of a cancelled fallible scope dropped unrun.
     Cancelled,
+    /// A join half run on credit.
+    HalvesOnCredit,
 }
 
 /// One thread's event counters, one cell per [`Counter`].
-pub type Row = [AtomicU64; 9];
+pub type Row = [AtomicU64; 10];
 
 /// Counts an event in `row`, a worker's own row (from [`Counters::row`]), on its own thread.
 ///
@@ -262,6 +270,7 @@ impl Counters {
             steals: sum(Counter::Steals),
             handed_back: sum(Counter::HandedBack),
             admitted_on_credit: sum(Counter::AdmittedOnCredit),
+            halves_on_credit: sum(Counter::HalvesOnCredit),
             promotions: sum(Counter::Promotions),
             stack_segments: sum(Counter::StackSegments),
             cancelled: sum(Counter::Cancelled),

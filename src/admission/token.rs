@@ -716,8 +716,10 @@ impl TokenTable {
     /// The tokens in use now, pool and credit, read together.
     #[inline]
     pub fn count(&self) -> TokenCount {
-        // Relaxed: a statistic; both halves come from one load, so they belong to one instant.
-        self.decode(self.tokens.load(Ordering::Relaxed))
+        // Acquire: pairs with `admit_credit`'s release (a snapshot's counters, read after this,
+        // count every half on credit it shows); both halves come from one load, so they belong
+        // to one instant.
+        self.decode(self.tokens.load(Ordering::Acquire))
     }
 
     /// The highest number of tokens in use at once, pool and credit together.
@@ -778,14 +780,16 @@ impl TokenTable {
         None
     }
 
-    /// Admits `root`, a root started by a call from a job of another pool, on that caller's
-    /// credit: a token that exists for as long as the root's chain and is none of the pool's.
-    /// Never waits. `root` must not be registered as a waiter.
-    pub fn admit_credit(&self, root: &Lender) {
-        debug_assert!(root.parent().is_none(), "a credit admits a root");
-        root.admit_unshared(CREDIT);
-        // Relaxed: counting only; credits take part in no handshake.
-        let word = self.tokens.fetch_add(ONE_CREDIT, Ordering::Relaxed) + ONE_CREDIT;
+    /// Admits `job` on credit: a token that exists for as long as the job's chain and is none
+    /// of the pool's. `job` is a root started by a call from a job of another pool (the
+    /// caller's credit), or a join half below such a call (its parent's token is not touched:
+    /// the credit goes back to no one). Never waits. `job` must not be registered as a waiter.
+    pub fn admit_credit(&self, job: &Lender) {
+        job.admit_unshared(CREDIT);
+        // Release: what the admitter counted before (a half on credit's count in `Stats`) is
+        // seen by a snapshot that sees this credit (`count`'s acquire); credits take part in no
+        // handshake.
+        let word = self.tokens.fetch_add(ONE_CREDIT, Ordering::Release) + ONE_CREDIT;
         self.note_admission(word);
     }
 
@@ -971,7 +975,7 @@ impl TokenTable {
 
     /// A credit token's chain has ended.
     fn release_credit(&self) {
-        // Relaxed: counting only, as in `admit_credit`.
+        // Relaxed: counting only (a snapshot that misses it over-counts a credit).
         self.tokens.fetch_sub(ONE_CREDIT, Ordering::Relaxed);
     }
 

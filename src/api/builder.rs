@@ -55,7 +55,7 @@ pub const DEFAULT_TOKENS_PER_THREAD: usize = 2;
 
 /// The most worker threads a pool has: more, asked of [`ThreadPoolBuilder::num_threads`] or
 /// through rayon's variables, are reduced to this (more in `TREEPOOL_NUM_THREADS` are an
-/// error). An idle worker's requests for work and the sleep's wake-ups scan every worker, so
+/// error). Thieves and the sleep's wake-ups scan every worker, so
 /// far more threads than cores only cost.
 const MAX_THREADS: usize = 4096;
 

@@ -1,23 +1,28 @@
 //! `join(a, b)`: run two closures, potentially in parallel.
 //!
-//! This module owns the join protocol. `b` is kept *private* (see `lazy`): only the joiner's
-//! thread can see it, and `a` runs inline as part of the current job; then the joiner takes `b`
-//! back and runs it inline too. That fast path writes no shared state at all. While another
-//! worker wants work (it asked this one, or some worker is idle: `WorkerThread::work_wanted`),
-//! every join promotes the thread's oldest private half to its deque; whoever takes a promoted
-//! half from there (a thief, or this thread helping deeper in its stack) admits it (see
-//! [`JoinJob`]); if it cannot, it hands `b` back and the joiner runs it inline. The joiner of a
-//! promoted half pops it back if no one took it; it never blocks: while `b` is away it runs
-//! other admitted jobs. A job that already keeps `KEPT_HALVES` private halves, while no work is
-//! wanted, does not keep another: it runs `a` and `b` as plain calls.
+//! This module owns the join protocol. `b` goes into the joiner's split stack
+//! (`base::half_stack`), *private*: only the joiner's thread can see it, and `a` runs inline as
+//! part of the current job; then the joiner takes `b` back and runs it inline too. That fast
+//! path writes no shared state at all. While another worker is idle (`Sleep::idle_count`),
+//! every join makes the thread's oldest private half public, where it lies; whoever claims a public half (a thief, or this thread
+//! helping deeper in its stack) admits it, or runs it as part of its job, or leaves it where it
+//! is for its job (see [`JoinJob`]). The joiner of a public half takes it back if no one
+//! claimed it; it never blocks: while a taker runs `b` it runs other admitted jobs.
 
 use std::marker::PhantomData;
+use std::panic::{self, AssertUnwindSafe};
 
-use crate::base::job_ref::{join_values, JobResult};
-use crate::worker::job::{JoinJob, PlainHalf};
+use crate::base::half_stack::Back;
+use crate::base::job_ref::{drop_quietly, join_values, JobResult};
+use crate::worker::job::JoinJob;
 use crate::worker::thread::WorkerThread;
 
 /// `join` on a worker thread: the current job's `a` and `b`.
+///
+/// `a` runs under `catch_unwind`; `b`, once taken back, is called directly, as rayon's `join`
+/// does: `a` has finished and the half's slot is free again, so a panic of `b` unwinds through
+/// nothing the pool still needs. A panic of `a` goes out of line (`a_panicked`), which waits for
+/// `b` before raising it.
 #[inline]
 pub fn join_in_worker<A, B, RA, RB>(worker: &WorkerThread, a: A, b: B) -> (RA, RB)
 where
@@ -26,67 +31,149 @@ where
     RA: Send,
     RB: Send,
 {
-    if worker.join_plainly() {
-        // Kept for a wait of `a` that needs `b` (PlainHalvesKept), for no thief.
-        let half = PlainHalf::new(b);
-        // SAFETY: `half` stays on this frame until its slot is popped below.
-        let slot = worker.push_plain_half(unsafe { half.as_plain_ref() });
-        let result_a = JobResult::call(a);
-        worker.pop_plain_half(slot);
-        return join_values(result_a, half.into_result());
-    }
-    let job_b = JoinJob::new(b, worker.index(), worker.current_ptr());
-    // SAFETY: `job_b` stays on this frame until it is taken back, popped back or its latch is
-    // set below.
-    let slot = worker.push_half(unsafe { job_b.as_job_ref() });
-    let result_a = JobResult::call(a);
-    let result_b = if worker.take_back_half(slot) {
-        if slot == 0 {
-            worker.runs_its_last_half();
-        }
-        job_b.run_inline()
-    } else {
-        promoted_half(worker, &job_b)
+    let job_b = JoinJob::new(b, worker.current_ptr());
+    // `job_b` stays on this frame until it is taken back, or settled by a taker below.
+    let Some(slot) = worker.push_half(job_b.as_half()) else {
+        return join_unkept(a, job_b);
     };
-    // Both halves have finished; `a`'s panic wins over `b`'s.
-    join_values(result_a, result_b)
+    if worker.any_idle() {
+        return join_while_idle(worker, a, &job_b, slot);
+    }
+    join_kept(worker, a, &job_b, slot)
 }
 
-/// Gets the result of a `b` that was promoted to the deque: pops it back and runs it inline if
-/// no one took it, else waits (running other jobs) until it ran: on its thief, or, sent back
-/// unrun, as part of this job in this very wait (named policy **HalfReturnsToItsJob**).
+/// The rest of `join_in_worker` once `b` is kept in `slot`. Every call that is not `a` or `b`
+/// is out of line and takes what it needs as arguments, so the fast path keeps few values
+/// alive across calls (fewer registers to save: `benches/callgrind.sh`).
+#[inline(always)]
+fn join_kept<A, F, RA, RB>(
+    worker: &WorkerThread,
+    a: A,
+    job_b: &JoinJob<F, RB>,
+    slot: usize,
+) -> (RA, RB)
+where
+    A: FnOnce() -> RA + Send,
+    F: FnOnce() -> RB + Send,
+    RA: Send,
+    RB: Send,
+{
+    let result_a = match panic::catch_unwind(AssertUnwindSafe(a)) {
+        Ok(value) => value,
+        Err(payload) => a_panicked(worker, job_b, slot, payload),
+    };
+    if worker.take_back_private(slot) {
+        return (result_a, job_b.call_inline());
+    }
+    finish_public(worker, job_b, slot, result_a)
+}
+
+/// A worker is counted idle at the `join`: this one leaves the count, and the oldest private
+/// half goes public if another one is idle; then the join as usual.
 #[cold]
 #[inline(never)]
-fn promoted_half<F, R>(worker: &WorkerThread, job_b: &JoinJob<F, R>) -> JobResult<R>
+fn join_while_idle<A, F, RA, RB>(
+    worker: &WorkerThread,
+    a: A,
+    job_b: &JoinJob<F, RB>,
+    slot: usize,
+) -> (RA, RB)
+where
+    A: FnOnce() -> RA + Send,
+    F: FnOnce() -> RB + Send,
+    RA: Send,
+    RB: Send,
+{
+    worker.idle_at_join();
+    join_kept(worker, a, job_b, slot)
+}
+
+/// `b` was not the thread's newest private half with another below: it is its last private
+/// one, or public (taken back, or claimed). Its result, with `a`'s.
+#[cold]
+#[inline(never)]
+fn finish_public<F, RA, RB>(
+    worker: &WorkerThread,
+    job_b: &JoinJob<F, RB>,
+    slot: usize,
+    result_a: RA,
+) -> (RA, RB)
+where
+    F: FnOnce() -> RB + Send,
+    RB: Send,
+{
+    let back = worker.take_back_half(slot);
+    (
+        result_a,
+        public_half(worker, job_b, slot, back).into_value(),
+    )
+}
+
+/// `a` panicked: waits until `b` has run (here, caught, or by its taker), drops `b`'s result
+/// quietly, and raises `a`'s panic, which wins.
+#[cold]
+#[inline(never)]
+fn a_panicked<F, R>(
+    worker: &WorkerThread,
+    job_b: &JoinJob<F, R>,
+    slot: usize,
+    payload: Box<dyn std::any::Any + Send>,
+) -> !
 where
     F: FnOnce() -> R + Send,
     R: Send,
 {
-    // Wait site "join": context (the joiner's pool, the joiner's job); policy OwnDeque until
-    // the deque runs dry (its top is `b`, or jobs pushed above it), then AnyAdmitted. `b` taken
-    // by this wait deeper in the stack runs as part of the job (HalfRunsAsPart, `JoinJob`).
-    // SAFETY: as in `join_in_worker`; this is the same job, to compare against.
-    let b_ref = unsafe { job_b.as_job_ref() };
-    loop {
-        crate::base::chaos::point();
-        if job_b.latch.probe() {
-            break;
+    let result_b = match worker.take_back_half(slot) {
+        Back::Private | Back::Last => job_b.run_inline(),
+        back => public_half(worker, job_b, slot, back),
+    };
+    drop_quietly(result_b);
+    panic::resume_unwind(payload)
+}
+
+/// A join whose thread's split stack is full (`HALF_SLOTS` joins deep on one thread): `b` runs
+/// after `a`, kept nowhere, so no thief and no wait of `a` can run it.
+#[cold]
+#[inline(never)]
+fn join_unkept<A, F, RA, R>(a: A, job_b: JoinJob<F, R>) -> (RA, R)
+where
+    A: FnOnce() -> RA + Send,
+    F: FnOnce() -> R + Send,
+    R: Send,
+{
+    let result_a = JobResult::call(a);
+    join_values(result_a, job_b.run_inline())
+}
+
+/// Gets the result of a `b` that was made public: taken back unclaimed (`Back::Retracted`), it
+/// runs inline; claimed, the joiner waits (running other jobs) until its taker is done with it:
+/// run, or declined and run here, as part of this job. A wait of this job that runs `b` first
+/// (a declined one, in place) settles it too.
+#[cold]
+#[inline(never)]
+fn public_half<F, R>(
+    worker: &WorkerThread,
+    job_b: &JoinJob<F, R>,
+    slot: usize,
+    back: Back,
+) -> JobResult<R>
+where
+    F: FnOnce() -> R + Send,
+    R: Send,
+{
+    if back != Back::Taken {
+        // The thread's last private half (`Back::Last`), or one taken back from the public
+        // part: whatever else it has is public or claimed.
+        if back != Back::Private {
+            worker.runs_its_last_half();
         }
-        match worker.pop() {
-            Some(job) if job == b_ref => {
-                worker.runs_its_last_half();
-                return job_b.run_inline();
-            }
-            // A job pushed above `b` (a detached spawn of `a`): it is admitted; run it.
-            // SAFETY: jobs in the deque are alive and run once.
-            Some(job) => unsafe { job.run() },
-            None => {
-                worker.wait_until(|| job_b.latch.probe());
-                break;
-            }
-        }
+        return job_b.run_inline();
     }
-    job_b.take_result()
+    // Wait site "join": context (the joiner's pool, the joiner's job); policy AnyAdmitted.
+    worker.wait_until(|| job_b.settled());
+    let result = job_b.result_after_taken();
+    worker.release_taken_half(slot);
+    result
 }
 
 /// What a closure of [`join_context`](crate::join_context) learns about where it runs.
@@ -136,11 +223,11 @@ where
     join_eagerly(worker, || a(context()), || b(context()))
 }
 
-/// `join` with `b` pushed where thieves see it at once, as rayon's `join` does, instead of kept
-/// private: for `join_context`, whose callers look at `migrated()` and may wait in `a` for `b`
-/// to run on another thread (rayon-core's own `join_context` tests do), which a private half
-/// would never do. It costs a deque push and a fence; the un-stolen `b` is popped back and run
-/// inline, a stolen one admitted by its thief, exactly as a promoted half (`promoted_half`).
+/// `join` with `b` public at once, as rayon's `join` pushes it, instead of kept private: for
+/// `join_context`, whose callers look at `migrated()` and may wait in `a` for `b` to run on
+/// another thread (rayon-core's own `join_context` tests do), which a private half would never
+/// do. It costs a promotion and a fence; the unclaimed `b` is taken back and run inline, a
+/// claimed one run by its taker, exactly as a promoted half (`public_half`).
 fn join_eagerly<A, B, RA, RB>(worker: &WorkerThread, a: A, b: B) -> (RA, RB)
 where
     A: FnOnce() -> RA + Send,
@@ -148,12 +235,18 @@ where
     RA: Send,
     RB: Send,
 {
-    let job_b = JoinJob::new(b, worker.index(), worker.current_ptr());
-    // SAFETY: `job_b` stays on this frame until `promoted_half` popped it back or saw its latch
-    // set.
-    worker.push_waking(unsafe { job_b.as_job_ref() });
+    let job_b = JoinJob::new(b, worker.current_ptr());
+    // `job_b` stays on this frame until it is taken back, or settled by a taker below.
+    let Some(slot) = worker.push_half(job_b.as_half()) else {
+        return join_unkept(a, job_b);
+    };
+    worker.publish_through(slot);
     let result_a = JobResult::call(a);
-    join_values(result_a, promoted_half(worker, &job_b))
+    let result_b = match worker.take_back_half(slot) {
+        Back::Private => job_b.run_inline(),
+        back => public_half(worker, &job_b, slot, back),
+    };
+    join_values(result_a, result_b)
 }
 
 /// A number that tells the calling thread from every other live thread: the address of a

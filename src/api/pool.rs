@@ -282,7 +282,13 @@ where
     // Wait site "call from outside": on a worker of another pool, context (that pool, the
     // calling job), policy AnyAdmitted in that pool (the credit call: it waits for nothing of
     // this pool's tokens); on a thread outside every pool, Park.
-    wait_on(here, || job.latch.probe());
+    let wait = || wait_on(here, || job.latch.probe());
+    match here {
+        // The halves its thread keeps now may be what the call waits for
+        // (CalledOutHalfOnCredit).
+        Some(worker) => worker.calling_out(wait),
+        None => wait(),
+    }
     job.into_value()
 }
 

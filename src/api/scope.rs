@@ -499,7 +499,13 @@ where
         if scope.latch.probe() {
             break;
         }
-        wait_on(here, || scope.latch.probe() || scope.has_deferred());
+        let wait = || wait_on(here, || scope.latch.probe() || scope.has_deferred());
+        // An in-place scope owned by another pool's worker is a call into this pool (its
+        // credit root) for as long as it waits (CalledOutHalfOnCredit).
+        match here.filter(|_| scope.credit.is_some()) {
+            Some(worker) => worker.calling_out(wait),
+            None => wait(),
+        }
     }
     if let Some(payload) = scope.take_panic() {
         drop_quietly(value);

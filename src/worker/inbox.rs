@@ -92,18 +92,6 @@ impl Inboxes {
         self.boxes[index].closed.load(Ordering::SeqCst)
     }
 
-    /// Sends `half`, a promoted join half of a job that worker `target` runs, back to that
-    /// worker unrun (named policy **HalfReturnsToItsJob**, `ReturnedHalves`), and wakes it: its
-    /// waits take the half from the inbox and keep it for its job. Closed or not: the target
-    /// runs the half's joiner, which waits for the half, and every wait looks at its inbox (a
-    /// worker that stopped running pool work runs its drain and exit handler with its inbox
-    /// closed, and their joins wait for their halves as any).
-    pub fn send_back(&self, target: usize, half: JobRef, sleep: &Sleep) {
-        self.boxes[target].jobs.push(half);
-        crate::base::chaos::point();
-        sleep.wake_worker(target);
-    }
-
     /// Puts `job` in worker `target`'s inbox, wakes that worker and sets `arrived`. If the
     /// worker has closed its inbox, runs what is left there here: after the push and a SeqCst
     /// fence either this thread sees the inbox closed, or the worker's look after closing it

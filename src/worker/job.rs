@@ -16,15 +16,16 @@
 
 use std::alloc::Layout;
 use std::cell::UnsafeCell;
-use std::mem::ManuallyDrop;
+use std::mem::MaybeUninit;
 use std::ptr;
+
+use crate::base::sync::{AtomicU8, Ordering};
 
 use crate::admission::token::{Lender, LenderRef};
 use crate::base::job_memory;
 use crate::base::job_ref::{JobRef, JobResult};
 use crate::base::wake::WakeTarget;
 use crate::worker::latch::{CountLatch, Latch};
-use crate::worker::lazy::PlainRef;
 use crate::worker::registry::Registry;
 use crate::worker::thread::WorkerThread;
 
@@ -270,171 +271,313 @@ impl<F: FnOnce() -> R + Send, R: Send> RootJob<F, R> {
     }
 }
 
-/// The `b` of a plain `join(a, b)` (`WorkerThread::join_plainly`), on the joiner's stack: run by
-/// the joiner after `a`, unless a wait of the joiner's job ran it first, as part of the job
-/// (named policy **PlainHalvesKept**). Never promoted, never admitted.
-pub struct PlainHalf<F, R> {
-    func: UnsafeCell<Option<F>>,
-    result: UnsafeCell<JobResult<R>>,
+/// How a join half is run through its [`Half`] head ([`Half::run`]).
+#[derive(Clone, Copy, Debug)]
+pub enum HalfRun {
+    /// By a taker that claimed it from its owner's split stack (a thief, or the owner's own
+    /// wait): as part of its job if that is the taker's current job (named policy
+    /// **HalfRunsAsPart**), else admitted as a child of its job (loan, else pool token), else
+    /// on credit if `credit` (named policy **CalledOutHalfOnCredit**), else declined: left
+    /// where it is, for its job.
+    Taken {
+        /// Whether the half may run on credit (it lies below a call into another pool).
+        credit: bool,
+    },
+    /// By a wait of its own job on its owner's thread, in place, as part of the job: a private
+    /// half, a public one taken back, or one a taker declined.
+    Here,
+    /// By a wait on its owner's thread above its job: a declined half below a call into
+    /// another pool, admitted, else on credit (named policy **CalledOutHalfOnCredit**).
+    OnCredit,
 }
 
-impl<F: FnOnce() -> R + Send, R: Send> PlainHalf<F, R> {
-    /// `func` as the second half of a plain join.
-    #[inline]
-    pub fn new(func: F) -> Self {
-        PlainHalf {
-            func: UnsafeCell::new(Some(func)),
-            result: UnsafeCell::new(JobResult::None),
-        }
-    }
+/// The state bits of a half (`Half::state`). None set: not run, and no taker is done with it.
+/// `RAN`: its closure ran (or runs now) on its owner's thread or its taker's.
+const RAN: u8 = 1;
+/// A taker that claimed it is done with it: ran it, found it run already, or declined it.
+const SETTLED: u8 = 2;
+/// With `SETTLED` and without `RAN`: the taker found no token and left it, unrun, for its job.
+const DECLINED: u8 = 4;
 
-    /// The half as a [`PlainRef`].
+/// The type-erased head of a join half: the first field of its [`JoinJob`], whose address is
+/// what the owner's split stack (`base::half_stack`) holds.
+#[repr(C)]
+pub struct Half {
+    run: unsafe fn(*const Half, HalfRun),
+    /// `RAN`, `SETTLED` and `DECLINED` bits. The owner's thread sets `RAN` on a half no taker
+    /// can claim (private, taken back, or declined); a taker sets `SETTLED` last, with Release.
+    state: AtomicU8,
+    /// The joiner's job: the lender of a taker's loan, and the job the half is part of.
+    parent: *const Lender,
+    /// The joiner's thread (its index in the pool), woken when a taker is done with the half:
+    /// written by the taker once it claimed the half (it knows whose split stack it claimed it
+    /// from), so that a join pays nothing for it.
+    owner: UnsafeCell<MaybeUninit<usize>>,
+}
+
+impl Half {
+    /// Runs the half at `this` as `how` says.
     ///
     /// # Safety
-    /// The half stays where it is until the joiner pops its ref (`PlainHalves::pop`).
-    #[inline]
-    pub unsafe fn as_plain_ref(&self) -> PlainRef {
-        // SAFETY: `run` runs a `PlainHalf<F, R>` at `data`, which the caller keeps in place.
-        unsafe { PlainRef::new(self as *const Self as *const (), Self::run) }
+    /// `this` is a half in its owner's split stack, alive until its joiner has its result, and
+    /// claimed by the caller as `how` says: `Taken` after a claim (by a worker of the half's
+    /// pool), `Here` and `OnCredit` on the owner's thread, for a half that [`Half::runs_here`]
+    /// allows.
+    pub unsafe fn run(this: *const Half, how: HalfRun) {
+        // SAFETY: the caller's contract; `run` is the half's own.
+        unsafe { ((*this).run)(this, how) }
     }
 
-    /// The half's result: run here, by the joiner after `a`, unless a wait ran it already.
-    #[inline]
-    pub fn into_result(self) -> JobResult<R> {
-        match self.func.into_inner() {
-            Some(func) => JobResult::call(func),
-            None => self.result.into_inner(),
+    /// The half at `half`, which the caller claimed from worker `owner`'s split stack: notes its
+    /// owner, for the wake-up when the taker is done with it.
+    ///
+    /// # Safety
+    /// `half` is alive and claimed by the caller, which has not run it yet.
+    pub unsafe fn claimed_from(half: *const (), owner: usize) -> *const Half {
+        let half = half as *const Half;
+        // SAFETY: the caller's contract: the claim makes this taker the field's only user.
+        unsafe { (*(*half).owner.get()).write(owner) };
+        half
+    }
+
+    /// The half at `half` as a job a thief runs through a [`JobRef`] (`HalfRun::Taken`, no
+    /// credit).
+    ///
+    /// # Safety
+    /// As [`Half::run`] with `Taken`, after [`Half::claimed_from`].
+    pub unsafe fn as_taken_job(half: *const Half) -> JobRef {
+        unsafe fn run_taken(data: *const ()) {
+            // SAFETY: the contract of `as_taken_job`.
+            unsafe { Half::run(data as *const Half, HalfRun::Taken { credit: false }) }
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { JobRef::new(half as *const (), run_taken) }
+    }
+
+    /// Whether the owner's thread may run the half now (`Here`, `OnCredit`): not run yet, and
+    /// no taker is running it (`private`: it is not public, so no taker can claim it).
+    ///
+    /// # Safety
+    /// `this` is alive; called on its owner's thread.
+    pub unsafe fn runs_here(this: *const Half, private: bool) -> bool {
+        // SAFETY: the caller's contract. Acquire: a taker's `SETTLED` orders its reads of the
+        // half before the owner's run.
+        match unsafe { &(*this).state }.load(Ordering::Acquire) {
+            0 => private,
+            state => state == SETTLED | DECLINED,
         }
     }
 
-    unsafe fn run(data: *const ()) -> bool {
-        // SAFETY: `data` came from `as_plain_ref`; the half is alive (the caller's contract),
-        // and only this thread touches it.
-        let this = unsafe { &*(data as *const Self) };
-        // SAFETY: as above; `func` is taken once, here or in `into_result`.
-        let Some(func) = (unsafe { (*this.func.get()).take() }) else {
-            return false;
-        };
-        // SAFETY: jobs run only on worker threads.
-        let worker = unsafe { WorkerThread::current_unchecked() };
-        // Above frames of the job that are not its own (the wait's): a start of its own (B5),
-        // one level deeper in `part_depth`, as a half run as part of its job is.
-        worker.start_job(|| {
-            // SAFETY: as above; the joiner reads the result only after `a`, which this wait is
-            // part of, returned.
-            worker.as_part(|| unsafe { *this.result.get() = JobResult::call(func) })
-        });
-        true
+    /// Whether the half never ran and no taker is done with it (public: may be claimed now).
+    ///
+    /// # Safety
+    /// `this` is alive; called on its owner's thread.
+    pub unsafe fn never_ran(this: *const Half) -> bool {
+        // SAFETY: the caller's contract. Relaxed: the owner's own `RAN` (a half it ran while
+        // private, then promoted); a taker's claim is re-checked by the retraction's CAS.
+        unsafe { &(*this).state }.load(Ordering::Relaxed) == 0
+    }
+
+    /// Whether a taker declined the half.
+    ///
+    /// # Safety
+    /// `this` is alive.
+    pub unsafe fn declined(this: *const Half) -> bool {
+        // SAFETY: the caller's contract. Relaxed: a hint for a sleeping owner; the run
+        // re-reads with `runs_here`.
+        unsafe { &(*this).state }.load(Ordering::Relaxed) == SETTLED | DECLINED
+    }
+
+    /// A taker is done with the half at `this`: publishes `state` (with `SETTLED`) and wakes
+    /// the owner, which may free the half at once.
+    ///
+    /// # Safety
+    /// `this` is valid until the store; not touched after.
+    unsafe fn settle(this: *const Half, state: u8, sleep: &crate::worker::sleep::Sleep) {
+        let state = state | SETTLED;
+        // SAFETY: the caller's contract; the taker wrote it (`claimed_from`).
+        let owner = unsafe { (*(*this).owner.get()).assume_init() };
+        // A plain store: no other thread writes the state of a claimed half meanwhile.
+        // SAFETY: as above. Release: publishes the result (`RAN`), and orders the taker's
+        // reads of the half before its owner's reuse of the frame.
+        unsafe { (*this).state.store(state, Ordering::Release) };
+        crate::base::chaos::point();
+        sleep.wake_worker(owner);
     }
 }
 
-/// The `b` of `join(a, b)`, on the joiner's stack.
+/// The `b` of `join(a, b)`, on the joiner's stack, kept in its thread's split stack.
 ///
 /// It has no drop glue on the join's fast path: by the time the joiner drops it, `func` was
-/// taken (every half runs once: inline, or by a thief), `result` was taken or never written, and
-/// the latch's wake target is a worker index, which owns nothing. The fields that would need a
-/// check are `ManuallyDrop`, and debug builds assert that they are empty.
+/// taken (every half runs once; debug builds check it) and `result` was read or never
+/// written.
+#[repr(C)]
 pub struct JoinJob<F, R> {
+    head: Half,
     func: UnsafeCell<Option<F>>,
-    result: ManuallyDrop<UnsafeCell<JobResult<R>>>,
-    /// The joiner's job: the lender of a thief's loan, and the job `b` is part of when inline.
-    parent: *const Lender,
-    /// The joiner's thread (its index in the pool), where the half goes back if it cannot be
-    /// admitted where it was taken.
-    owner: usize,
-    /// Set when the half ran away from the joiner's frame; its target is `WakeTarget::Worker`.
-    pub latch: ManuallyDrop<Latch>,
+    /// Written by a run away from the joiner's frame (`run_into_result`), exactly when `func`
+    /// was taken by such a run; read once by the joiner, which then finds `func` gone.
+    result: UnsafeCell<MaybeUninit<JobResult<R>>>,
 }
 
 #[cfg(debug_assertions)]
 impl<F, R> Drop for JoinJob<F, R> {
     fn drop(&mut self) {
         debug_assert!(self.func.get_mut().is_none(), "a join half never ran");
-        debug_assert!(
-            matches!(self.result.get_mut(), JobResult::None),
-            "a join half's result was never taken"
-        );
     }
 }
 
 impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
-    /// `func` as the second half of a join by worker `owner`, whose current job is `parent`.
-    pub fn new(func: F, owner: usize, parent: *const Lender) -> Self {
+    /// `func` as the second half of a join whose current job is `parent`.
+    #[inline]
+    pub fn new(func: F, parent: *const Lender) -> Self {
         JoinJob {
+            head: Half {
+                run: Self::run,
+                state: AtomicU8::new(0),
+                parent,
+                owner: UnsafeCell::new(MaybeUninit::uninit()),
+            },
             func: UnsafeCell::new(Some(func)),
-            result: ManuallyDrop::new(UnsafeCell::new(JobResult::None)),
-            parent,
-            owner,
-            latch: ManuallyDrop::new(Latch::new(WakeTarget::Worker(owner))),
+            result: UnsafeCell::new(MaybeUninit::uninit()),
         }
     }
 
-    /// The job as a `JobRef`.
-    ///
-    /// # Safety
-    /// The job must stay where it is until the joiner has popped it back or seen its latch set.
-    pub unsafe fn as_job_ref(&self) -> JobRef {
-        // SAFETY: forwarded from the caller (the job outlives its ref, which runs once).
-        unsafe { JobRef::new(self as *const Self as *const (), Self::run) }
+    /// The half's address, for its thread's split stack. The job must stay where it is until
+    /// its joiner has its result.
+    #[inline]
+    pub fn as_half(&self) -> *const () {
+        self as *const Self as *const ()
     }
 
-    /// Runs `b` as part of the joiner's job (no admission): the thread's current job is the
-    /// joiner's already.
+    /// The half's result, on its joiner's frame, once no taker runs it: runs `b` here, unless a
+    /// wait of the job ran it already.
     #[inline]
     pub fn run_inline(&self) -> JobResult<R> {
-        // SAFETY: only the joiner's thread runs it inline, with the joiner's job current: after
-        // popping it back, or in `run` while a wait of that job took it.
-        let func = unsafe { (*self.func.get()).take() }.expect("a job runs once");
-        JobResult::call(func)
+        // SAFETY: only the joiner's thread touches `func` once no taker runs the half.
+        match unsafe { (*self.func.get()).take() } {
+            Some(func) => JobResult::call(func),
+            None => self.take_result(),
+        }
     }
 
-    /// The result stored by the run away from the joiner's frame. Call once the latch is set.
-    pub fn take_result(&self) -> JobResult<R> {
-        // SAFETY: the latch is set, so the thief is done with the cell.
-        unsafe { std::mem::replace(&mut *self.result.get(), JobResult::None) }
+    /// `b`'s value, on its joiner's frame after a take-back: calls `b` here, not catching its
+    /// panic (the joiner has nothing left to wait for), unless a wait of the job ran it
+    /// already (then its result, a panic raised again).
+    #[inline]
+    pub fn call_inline(&self) -> R {
+        // SAFETY: as in `run_inline`.
+        match unsafe { (*self.func.get()).take() } {
+            Some(func) => func(),
+            None => self.take_result().into_value(),
+        }
     }
 
-    unsafe fn run(data: *const ()) {
-        let this = data as *const Self;
+    /// Whether a taker that claimed the half is done with it (ran it, found it run, or
+    /// declined it).
+    #[inline]
+    pub fn settled(&self) -> bool {
+        // Acquire: pairs with the taker's release in `Half::settle`.
+        self.head.state.load(Ordering::Acquire) & SETTLED != 0
+    }
+
+    /// The result of a claimed half, once [`JoinJob::settled`]: a declined one runs here (its
+    /// slot stays in use meanwhile, so it is marked run first: a wait inside it must not take
+    /// it for a declined half of its job).
+    pub fn result_after_taken(&self) -> JobResult<R> {
+        debug_assert!(self.settled());
+        // Relaxed: settled, so only this thread looks at the state now.
+        self.head.state.fetch_or(RAN, Ordering::Relaxed);
+        self.run_inline()
+    }
+
+    /// The result written by a run away from the joiner's frame: called once, by the joiner,
+    /// only when it finds `func` gone.
+    fn take_result(&self) -> JobResult<R> {
+        // SAFETY: `func` is gone, so a run other than the joiner's took it and wrote the
+        // result (`run_into_result`), and is done with the cell (its state says so, or it ran
+        // on this thread); the joiner reads it once.
+        unsafe { (*self.result.get()).assume_init_read() }
+    }
+
+    unsafe fn run(this: *const Half, how: HalfRun) {
+        // SAFETY: `Half` is the first field of this `repr(C)` job, alive (`Half::run`).
+        let job = unsafe { &*(this as *const Self) };
         // SAFETY: jobs run only on worker threads.
         let worker = unsafe { WorkerThread::current_unchecked() };
-        // SAFETY: the joiner keeps the job alive until it pops it or sees the latch set.
-        let job = unsafe { &*this };
-        // Whoever runs this through its `JobRef` took it after its promotion: a thief, or the
-        // owner itself while a frame deeper in its stack waits (the joiner's own pop-back calls
-        // `run_inline` instead).
         crate::base::chaos::point();
+        match how {
+            HalfRun::Here => {
+                // Relaxed: no taker can claim the half (private, or declined and settled).
+                job.head.state.fetch_or(RAN, Ordering::Relaxed);
+                // Above frames of the job that are not its own (the wait's): a start of its
+                // own (B5), one level deeper in `part_depth`.
+                worker.start_job(|| worker.as_part(|| job.run_into_result()));
+            }
+            HalfRun::OnCredit => {
+                // Relaxed: declined and settled, so only this thread looks at the state.
+                job.head.state.fetch_or(RAN, Ordering::Relaxed);
+                let lender = job.new_lender(worker);
+                let registry = worker.registry();
+                if !registry.try_admit(&lender) {
+                    registry.admit_credit_half(&lender);
+                }
+                worker.run_admitted(lender, false, || job.run_into_result());
+            }
+            HalfRun::Taken { credit } => job.run_taken(worker, credit),
+        }
+    }
+
+    /// [`HalfRun::Taken`]: see there.
+    fn run_taken(&self, worker: &WorkerThread, credit: bool) {
         let registry = worker.registry();
-        if worker.runs_as_part_of(job.parent) {
-            // `b` is the current job's code, run while its `a` waits, exactly as if popped
-            // back. Admitting it instead could hand it back to an `a` that waits for it to
-            // start (the job's token lent out, none free): a hang.
-            // SAFETY: the joiner keeps the job alive until it sees the latch set; `func` is
-            // taken once (the job left the queues and `PrivateHalves` once).
-            worker.start_job(|| worker.as_part(|| unsafe { *job.result.get() = job.run_inline() }));
+        let this = &self.head as *const Half;
+        // Acquire: the owner's `RAN` (a wait ran the half in place while it was private, before
+        // the promotion that made it public) is ordered before the claim's acquire.
+        if self.head.state.load(Ordering::Acquire) & RAN != 0 {
+            // SAFETY: the joiner keeps the half alive until it sees it settled.
+            unsafe { Half::settle(this, RAN, registry.sleep()) };
+            return;
+        }
+        if worker.runs_as_part_of(self.head.parent) {
+            // `b` is the current job's code, run while its `a` waits, exactly as if taken back.
+            // Admitting it instead could leave it to an `a` that waits for it to start (the
+            // job's token lent out, none free): a hang.
+            worker.start_job(|| worker.as_part(|| self.run_into_result()));
             // SAFETY: as above.
-            unsafe { Latch::set(&*job.latch, registry.sleep()) };
+            unsafe { Half::settle(this, RAN, registry.sleep()) };
             return;
         }
         // Else `b` would start above frames it is not part of, so it must be admitted like any
-        // job, or go back unrun to its joiner's thread (B3, B5), where a wait of the joiner's
-        // job runs it as part of that job (named policy HalfReturnsToItsJob): not only the
-        // joiner's frame, whose `a` may be waiting for `b` itself (shape 2).
-        // SAFETY: the joiner's job is alive while the joiner waits for this job.
-        let lender = LenderRef::new(unsafe { registry.new_child(job.parent) });
+        // job (B3, B5), or run on credit, or stay for its job.
+        let lender = self.new_lender(worker);
         if !registry.try_admit(&lender) {
-            registry.note_handed_back();
-            // SAFETY: the job stays where it is until its latch is set, which only a run of
-            // this ref does; the ref goes to one place.
-            worker.return_half(unsafe { job.as_job_ref() }, job.parent, job.owner);
-            return;
+            if !credit {
+                registry.note_handed_back();
+                // SAFETY: as above; the lender, never shared, is dropped here.
+                unsafe { Half::settle(this, DECLINED, registry.sleep()) };
+                return;
+            }
+            registry.admit_credit_half(&lender);
         }
-        // SAFETY: a stolen job runs once, on this thread; the joiner reads after the latch.
+        worker.run_admitted(lender, false, || self.run_into_result());
+        // SAFETY: as above.
+        unsafe { Half::settle(this, RAN, registry.sleep()) };
+    }
+
+    /// A lender for the half as a child of its joiner's job.
+    fn new_lender(&self, worker: &WorkerThread) -> LenderRef {
+        // SAFETY: the joiner's job is alive while the joiner waits for its half.
+        LenderRef::new(unsafe { worker.registry().new_child(self.head.parent) })
+    }
+
+    fn run_into_result(&self) {
+        // SAFETY: the caller claimed the half, so it alone takes `func` (once: the state says
+        // it ran, or the joiner runs it only once the taker is done); the joiner reads the
+        // result only after that.
         unsafe {
-            let func = (*job.func.get()).take().expect("a job runs once");
-            worker.run_admitted(lender, false, || *job.result.get() = JobResult::call(func));
-            crate::base::chaos::point();
-            Latch::set(&*job.latch, registry.sleep());
+            let func = (*self.func.get()).take().expect("a join half runs once");
+            (*self.result.get()).write(JobResult::call(func));
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The worker layer: the pool's threads, their queues, the one wait loop, and the job types.
 //!
 //! Modules, from the bottom up (each imports only those before it, `admission` and `base`):
-//! `sleep`, `latch`, `lazy`, `inbox`, `fifo_lanes` (data structures a registry holds);
+//! `sleep`, `latch`, `inbox`, `fifo_lanes` (data structures a registry holds);
 //! `registry` (a pool's shared state); `thread` (a worker's own state and queues);
 //! `grant` (making an admitted waiter runnable); `help_first` (the throughput policies of a
 //! spawn that waits for admission); `wait` (the one wait loop and its policies); `admit` (the
@@ -17,7 +17,6 @@ pub mod help_first;
 pub mod inbox;
 pub mod job;
 pub mod latch;
-pub mod lazy;
 pub mod registry;
 pub mod routing;
 pub mod sleep;

@@ -1,7 +1,7 @@
 //! The registry: a pool's shared state.
 //!
-//! This module owns what every thread of a pool shares: the workers' stealers and the global
-//! injector, the sleep state, the idle workers' requests for work, the token table, the event
+//! This module owns what every thread of a pool shares: the workers' stealers, their join
+//! halves' split stacks and the global injector, the sleep state (with the idle count), the token table, the event
 //! counters, the inboxes of pinned jobs and the detached fifo lanes. It knows no worker thread:
 //! what depends on the calling thread (its counter row, its deque) is `thread`'s, and what
 //! waits is `wait`'s. It must never make a job runnable that was not admitted.
@@ -13,12 +13,12 @@ use crossbeam_deque::{Injector, Stealer, Worker};
 
 use crate::admission::stats::{Counter, Counters, Stats};
 use crate::admission::token::{Admission, Lender, TokenTable};
+use crate::base::half_stack::HalfStack;
 use crate::base::job_ref::{drop_quietly, panic_message, JobRef};
 use crate::base::sync::{Arc, AtomicBool, Ordering};
 use crate::base::wake::{SleepingPool, WakeWorker};
 use crate::worker::fifo_lanes::Lanes;
 use crate::worker::inbox::Inboxes;
-use crate::worker::lazy::WorkRequests;
 use crate::worker::sleep::Sleep;
 
 /// A panic handler for detached jobs.
@@ -30,10 +30,10 @@ static NEXT_POOL_ID: StdAtomicUsize = StdAtomicUsize::new(1);
 pub struct Registry {
     pub(super) id: usize,
     pub(super) stealers: Box<[Stealer<JobRef>]>,
+    /// Each worker's split stack of unrun join halves, whose public part any worker may claim.
+    pub(super) halves: Box<[Arc<HalfStack>]>,
     pub(super) injector: Injector<JobRef>,
     pub(super) sleep: Sleep,
-    /// Idle workers' requests to busy ones for a promoted join half.
-    pub(super) requests: WorkRequests,
     pub(super) tokens: TokenTable,
     pub(super) counters: Counters,
     pub(super) terminating: AtomicBool,
@@ -71,9 +71,11 @@ impl Registry {
             // Relaxed: only uniqueness matters.
             id: NEXT_POOL_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             stealers: deques.iter().map(Worker::stealer).collect(),
+            halves: (0..num_threads)
+                .map(|_| Arc::new(HalfStack::new()))
+                .collect(),
             injector: Injector::new(),
             sleep: Sleep::new(num_threads),
-            requests: WorkRequests::new(num_threads),
             tokens: TokenTable::new(max_inflight),
             counters: Counters::new(num_threads),
             terminating: AtomicBool::new(false),

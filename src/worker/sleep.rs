@@ -263,12 +263,12 @@ impl Sleep {
         self.idle.fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// How many workers are counted idle ([`Sleep::idle`]): a hint for the join halves'
-    /// promotion rule (`WorkerThread::work_wanted`), read on every `join`.
+    /// How many workers are counted idle ([`Sleep::idle`]): the join halves' promotion rule
+    /// (`WorkerThread::push_half`, `WorkerThread::serve_idle`), read on every `join`.
     #[inline]
     pub fn idle_count(&self) -> usize {
-        // Relaxed: a hint; an idle worker seen late costs parallelism, never progress (it also
-        // asks for work through the request flags, and a busy worker runs its own halves).
+        // Relaxed: a hint; an idle worker seen late costs parallelism, never progress (a busy
+        // worker runs its own halves, and a promotion it sees wakes a sleeper).
         self.idle.load(Ordering::Relaxed)
     }
 

@@ -1,8 +1,8 @@
-//! A worker thread's own state: its deque, its private join halves, its current job, and the
-//! thread-local that finds it.
+//! A worker thread's own state: its deque, its split stack of join halves, its current job,
+//! and the thread-local that finds it.
 //!
 //! This module owns where a worker finds work (own deque, inbox, injector, other workers'
-//! deques, its own private halves) and everything a registry does *as the calling thread sees
+//! deques and public halves, its own halves) and everything a registry does *as the calling thread sees
 //! it* (its counter row, where it pushes, how a granter wakes it). It never waits: every loop
 //! that runs jobs until something happens is `wait`'s.
 
@@ -13,13 +13,14 @@ use crossbeam_deque::{Steal, Worker};
 
 use crate::admission::stats::{bump_own, Counter, Row};
 use crate::admission::token::{Admission, Lender, Spare};
+use crate::base::half_stack::{Back, HalfOwner, Place, Steal as HalfSteal};
 use crate::base::job_ref::JobRef;
 use crate::base::stack::Headroom;
 use crate::base::sync::{thread, Arc, Ordering};
 use crate::base::wake::WakeTarget;
 use crate::worker::help_first::{CountHandoff, WaitingSpawn};
+use crate::worker::job::{Half, HalfRun};
 use crate::worker::latch::CountLatch;
-use crate::worker::lazy::{PlainHalves, PlainRef, PrivateHalves, RequestFlag, ReturnedHalves};
 use crate::worker::registry::{admission_counter, Registry, WorkerSeed};
 use crate::worker::sleep::Sleep;
 
@@ -38,17 +39,18 @@ pub struct WorkerThread {
     pub(super) spare: Spare,
     /// The place in a scope's count that goes with the token in `spare`.
     pub(super) handoff: CountHandoff,
-    /// The `b` halves of the joins this thread is in, not yet visible to thieves.
-    pub(super) halves: PrivateHalves,
-    /// The `b` of the plain joins this thread is in (named policy **PlainHalvesKept**).
-    pub(super) plain: PlainHalves<PlainRef>,
-    /// Promoted halves of the jobs this thread runs that came back unrun, for those jobs'
-    /// waits (named policy **HalfReturnsToItsJob**).
-    pub(super) returned: ReturnedHalves,
-    /// This worker's flag in `registry.requests`, checked at every join.
-    pub(super) request: *const RequestFlag,
+    /// The `b` of every join this thread is in, until its joiner takes it back: the owner's end
+    /// of its split stack (`base::half_stack`), whose other end is `registry.halves[index]`.
+    pub(super) halves: HalfOwner,
+    /// The first slot of `halves` above the current job's start: the current job's own halves
+    /// are `[job_base, top)`.
+    pub(super) job_base: Cell<usize>,
+    /// The innermost call this thread makes into another pool, in progress (null if none):
+    /// the halves of the jobs that wait for such calls may run on credit (named policy
+    /// **CalledOutHalfOnCredit**, [`WorkerThread::calling_out`]).
+    pub(super) calls_out: Cell<*const CallOut>,
     /// `registry.sleep`, whose idle count every join looks at (see
-    /// [`WorkerThread::work_wanted`]).
+    /// [`WorkerThread::push_half`]).
     pub(super) sleep: *const Sleep,
     /// Whether this worker is counted in its pool's idle count (`Sleep::idle`): from a wait
     /// round that found no work of its own until the job it then runs joins, or the wait ends.
@@ -112,15 +114,52 @@ impl WorkerThread {
         self.current.get()
     }
 
-    /// Runs `f` with `job` as this thread's current job, above the private halves kept now.
+    /// Runs `f` with `job` as this thread's current job, above the halves kept now.
     #[inline]
     pub fn with_current<T>(&self, job: *const Lender, f: impl FnOnce() -> T) -> T {
         let outer = self.current.replace(job);
-        let outer_base = self.halves.enter_job();
+        let outer_base = self.job_base.replace(self.halves.top());
         let value = f();
-        self.halves.leave_job(outer_base);
+        self.job_base.set(outer_base);
         self.current.set(outer);
         value
+    }
+
+    /// Runs `wait`, this thread's wait for a call the current job made into another pool, with
+    /// the job's halves marked as waiting below the call (named policy
+    /// **CalledOutHalfOnCredit**): the call may wait for one of them (a `join` whose `a` waits,
+    /// through the other pool, for its `b`), and a job this thread runs above them meanwhile
+    /// may hold the token such a half would need.
+    pub fn calling_out<T>(&self, wait: impl FnOnce() -> T) -> T {
+        let call = CallOut {
+            halves: self.job_base.get()..self.halves.top(),
+            outer: self.calls_out.get(),
+        };
+        self.calls_out.set(&call);
+        let value = wait();
+        self.calls_out.set(call.outer);
+        value
+    }
+
+    /// Whether a job of this thread waits for a call into another pool now.
+    #[inline]
+    pub(super) fn waits_for_a_call(&self) -> bool {
+        !self.calls_out.get().is_null()
+    }
+
+    /// Whether the half in `slot` is a half of a job that waits for a call into another pool
+    /// (see [`WorkerThread::calling_out`]).
+    fn waits_for_call(&self, slot: usize) -> bool {
+        let mut call = self.calls_out.get();
+        // SAFETY: each `CallOut` in the list lives on the frame of a `calling_out` below, which
+        // unlinks it before it returns.
+        while let Some(c) = unsafe { call.as_ref() } {
+            if c.halves.contains(&slot) {
+                return true;
+            }
+            call = c.outer;
+        }
+        false
     }
 
     /// A job of `scope` that this thread ran has finished: counts it out of `scope`, unless its
@@ -165,33 +204,49 @@ impl WorkerThread {
         self.headroom.start(job, on_segment);
     }
 
-    /// Keeps a join's `b` private to this thread (see `lazy`); returns its slot. Serves a
-    /// pending work request first thing, so the half just kept may be the one promoted.
+    /// Keeps a join's `b` private to this thread, in its split stack; returns its slot, or
+    /// `None` if the stack is full. The joiner then looks at [`WorkerThread::any_idle`].
     #[inline]
-    pub fn push_half(&self, half: JobRef) -> usize {
-        // A join gives this worker a private half of its own: work another one could take.
-        self.count_busy();
-        let slot = self.halves.push(half);
+    pub fn push_half(&self, half: *const ()) -> Option<usize> {
+        let slot = self.halves.push(half)?;
         crate::base::chaos::point();
-        // Whether a half was promoted does not matter here: the joiner runs `a` either way.
-        let _ = self.serve_request();
-        slot
+        Some(slot)
     }
 
-    /// Whether this join may skip keeping its `b` at all: the current job keeps enough private
-    /// halves below it for any thief that asks, and no work is wanted now. Halves of other jobs, buried
-    /// under this one while they wait, do not count: this job's own `b`s must be kept, so that a
-    /// wait in its `a` can take them (`take_own_half`) whatever it runs above.
+    /// Whether any worker is counted idle, this one or another: a joiner that sees it calls
+    /// [`WorkerThread::idle_at_join`] before `a`. A worker counted idle is counted in this very
+    /// count, so one load says both whether this one must leave it and whether another one may
+    /// want a half.
     #[inline]
-    pub fn join_plainly(&self) -> bool {
-        // A job that kept halves has joined here since it started: `work_wanted`'s condition.
-        self.halves.kept_by_current_job() >= crate::worker::lazy::KEPT_HALVES && !self.work_wanted()
+    pub fn any_idle(&self) -> bool {
+        // SAFETY: the sleep state lives in the registry, which this worker's `Arc` keeps alive.
+        unsafe { (*self.sleep).idle_count() != 0 }
+    }
+
+    /// A join found the idle count above zero: a join gives this worker a private half of its
+    /// own, work another one could take, so it is busy; then, if another worker is idle,
+    /// promotes its oldest private half (it may be the one just kept; whether one was
+    /// promoted does not matter here: the joiner runs `a` either way).
+    #[cold]
+    #[inline(never)]
+    pub fn idle_at_join(&self) {
+        self.count_busy();
+        let _ = self.serve_idle();
+    }
+
+    /// Makes every private half up to the one in `slot` public at once, and announces it
+    /// (`join_context`, whose `b` must be visible to thieves while `a` runs).
+    pub fn publish_through(&self, slot: usize) {
+        while self.halves.place(slot) == Place::Private && self.halves.promote() {
+            self.bump(Counter::Promotions);
+        }
+        self.registry.sleep.new_work();
     }
 
     /// Counts this worker in its pool's idle count, if it is not counted yet: it found no work
     /// of its own (its deque, its inbox, the injector), so whatever it steals next leaves it
     /// with nothing to give until that job joins. Other workers' joins publish their halves
-    /// meanwhile (`WorkerThread::work_wanted`), so that the next idle moment (this worker's,
+    /// meanwhile (`WorkerThread::push_half`), so that the next idle moment (this worker's,
     /// at the end of what it stole) finds them public, as rayon's are.
     #[inline]
     pub(super) fn count_idle(&self) {
@@ -211,7 +266,7 @@ impl WorkerThread {
     #[cold]
     #[inline(never)]
     pub fn runs_its_last_half(&self) {
-        if !self.halves.any() && self.deque.is_empty() {
+        if !self.halves.has_private() && self.deque.is_empty() {
             self.count_idle();
         }
     }
@@ -232,20 +287,6 @@ impl WorkerThread {
         unsafe { &*self.sleep }.not_idle();
     }
 
-    /// Whether another worker wants work from this one now: one asked (this worker's request
-    /// flag is up), or one is idle (the pool's idle count, `Sleep::idle_count`). While a worker is
-    /// idle, every `join` gives out a half, as every rayon `join` pushes its `b`; while none
-    /// is, a `join` writes nothing shared. Asked by a job that has made a `join` since it
-    /// started here, so this worker is not counted idle itself (`push_half` counted it out).
-    #[inline]
-    pub fn work_wanted(&self) -> bool {
-        debug_assert!(!self.counted_idle.get());
-        // SAFETY: the flag and the sleep state live in the registry, which this worker's `Arc`
-        // keeps alive.
-        let asked = unsafe { (*self.request).is_raised() };
-        asked || unsafe { &*self.sleep }.idle_count() != 0
-    }
-
     /// Whether a worker other than this one is counted idle (this one may be, in a wait that
     /// runs a half of its own: it must not promote halves for itself).
     #[inline]
@@ -254,126 +295,153 @@ impl WorkerThread {
         unsafe { &*self.sleep }.idle_count() > usize::from(self.counted_idle.get())
     }
 
-    /// Whether the half kept in `slot` is still private, for its joiner to run inline; drops the
-    /// slot either way.
+    /// The joiner of the half in `slot` is done with `a`: takes it back and returns true if it
+    /// is private with another private half below (the fast path); else changes nothing.
     #[inline]
-    pub fn take_back_half(&self, slot: usize) -> bool {
+    pub fn take_back_private(&self, slot: usize) -> bool {
+        self.halves.take_back_private(slot)
+    }
+
+    /// The joiner of the half in `slot` is done with `a`: where the half is now (see
+    /// [`HalfOwner::take_back`]).
+    #[inline]
+    pub fn take_back_half(&self, slot: usize) -> Back {
         self.halves.take_back(slot)
     }
 
-    /// If work is wanted (an idle worker asked this one, or any worker is idle:
-    /// [`WorkerThread::work_wanted`]), promotes the oldest private half to the deque. Returns
-    /// whether it promoted one.
-    #[inline]
-    pub(super) fn serve_request(&self) -> bool {
-        // SAFETY: the flag lives in the registry, which this worker's `Arc` keeps alive.
-        let asked = unsafe { &*self.request }.take();
-        (asked || self.others_idle()) && self.promote_oldest()
+    /// The half in `slot`, claimed by a taker, is settled and its result taken: frees the slot.
+    pub fn release_taken_half(&self, slot: usize) {
+        self.halves.release_taken(slot);
     }
 
+    /// If another worker is idle, promotes the oldest private half. Returns whether it
+    /// promoted one.
+    #[inline]
+    pub(super) fn serve_idle(&self) -> bool {
+        self.others_idle() && self.promote_oldest()
+    }
+
+    /// Makes the oldest private half public, and announces it. Returns whether there was one.
     #[cold]
     pub(super) fn promote_oldest(&self) -> bool {
-        let half = self.take_own_half();
-        if let Some(half) = half {
-            // The thread that asked may be settling into sleep, and missing it would leave it
-            // asleep while this thread's remaining halves stay private (a sleeper asks no more).
-            self.push_waking(half);
-        }
-        half.is_some()
-    }
-
-    /// Promotes the oldest private half for this thread itself to run, as if a thief had asked
-    /// (`JoinJob::run` runs it like any half taken from a deque: as part of its joiner's job if
-    /// that is the current one, else admitted or sent back). A thread that waits
-    /// and finds no other work does this: the half's job may be what it waits for (a `join`
-    /// whose `a` waits for `b` to start, across pools), and no one else may be there to ask.
-    pub(super) fn take_own_half(&self) -> Option<JobRef> {
-        let half = self.halves.promote_oldest()?;
-        self.bump(Counter::Promotions);
-        Some(half)
-    }
-
-    /// Asks other workers to promote a join half, for this idle one to steal: a random one while
-    /// it spins, `everyone` before it sleeps (a sleeper asks no more, so its last request must
-    /// reach whichever worker is busy).
-    pub(super) fn ask_for_work(&self, everyone: bool) {
-        let n = self.registry.num_threads();
-        if n == 1 {
-            return;
-        }
-        if everyone {
-            (0..n)
-                .filter(|&v| v != self.index)
-                .for_each(|v| self.registry.requests.flag(v).raise());
-        } else {
-            let victim = (self.index + 1 + self.next_random() % (n - 1)) % n;
-            self.registry.requests.flag(victim).raise();
-        }
-    }
-
-    /// Whether this worker has work of its own pending: jobs in its deque, or private join
-    /// halves (`current_thread_has_pending_tasks`). Racy by nature: thieves take from the
-    /// deque at any time.
-    pub fn has_local_work(&self) -> bool {
-        !self.deque.is_empty() || self.halves.any() || self.returned.any() || self.plain.any()
-    }
-
-    /// Keeps a plain join's `b` for a wait of its job (**PlainHalvesKept**); returns its slot.
-    #[inline]
-    pub fn push_plain_half(&self, half: PlainRef) -> usize {
-        self.plain.push(half, self.current.get())
-    }
-
-    /// The plain join of `slot` is done with `a`; its `b` is its own again.
-    #[inline]
-    pub fn pop_plain_half(&self, slot: usize) {
-        self.plain.pop(slot);
-    }
-
-    /// Runs the newest plain join half of the current job that has not run, as part of the
-    /// job; returns whether it ran one. The current job is not admitting.
-    pub(super) fn run_plain_half(&self) -> bool {
-        if self.plain.of_job(self.current.get()).next().is_none() {
+        if !self.halves.promote() {
             return false;
         }
-        // Its own work: not idle while it runs (a `join` in it must not see itself idle).
-        self.count_busy();
-        // SAFETY: the current job's halves are alive (their joiners are below, in `a`), on this
-        // thread, and the caller's job is theirs and not admitting.
-        self.plain
-            .of_job(self.current.get())
-            .any(|half| unsafe { half.run() })
+        self.bump(Counter::Promotions);
+        // The thread that asked may be settling into sleep, and missing it would leave it
+        // asleep while this thread's remaining halves stay private (a sleeper asks no more).
+        self.registry.sleep.new_work();
+        true
     }
 
-    /// A promoted half of `job` (run by worker `owner` of this pool), taken by this thread and
-    /// not admitted (no token free), goes back to `owner` unrun, to run as part of `job` in a
-    /// wait of `job` there (named policy **HalfReturnsToItsJob**): kept here if this is
-    /// `owner`, else sent to its inbox.
-    pub fn return_half(&self, half: JobRef, job: *const Lender, owner: usize) {
-        if owner == self.index {
-            self.returned.keep(half, job);
-        } else {
-            self.registry
-                .inboxes
-                .send_back(owner, half, &self.registry.sleep);
+    /// A wait of the current job that found no other work: runs one of this thread's halves,
+    /// and returns whether it ran one. In order:
+    ///
+    /// 1. the current job's newest half not run yet, in place, as part of the job: private, or
+    ///    public and taken back, or declined by a taker (not while the job admits a spawn:
+    ///    named policy **AdmittingKeepsHalves**);
+    /// 2. a half of a job that waits for a call into another pool, private or declined by a
+    ///    taker, admitted, else on credit (**CalledOutHalfOnCredit**);
+    /// 3. the thread's oldest unclaimed half, claimed as a thief would and run by the same rule
+    ///    (`HalfRun::Taken`: as part, admitted, on credit below a call, else declined); while
+    ///    the current job admits, only one below a call.
+    pub(super) fn run_own_half(&self) -> bool {
+        let admitting = self.current_admits();
+        (!admitting && self.run_half_of_current_job())
+            || self.run_half_below_call()
+            || self.claim_own_half(admitting)
+    }
+
+    /// Step 1 of [`WorkerThread::run_own_half`].
+    pub(super) fn run_half_of_current_job(&self) -> bool {
+        for slot in (self.job_base.get()..self.halves.top()).rev() {
+            let half = self.halves.get(slot) as *const Half;
+            let place = self.halves.place(slot);
+            // SAFETY: a half in use is alive until its joiner, below, has its result; this is
+            // its owner's thread.
+            let runs = unsafe { Half::runs_here(half, place == Place::Private) }
+                || (place == Place::Public
+                    // SAFETY: as above. A half run here while private may have been promoted
+                    // since: it is public, and run.
+                    && unsafe { Half::never_ran(half) }
+                    && self.halves.retract_to(slot));
+            if runs {
+                self.count_busy();
+                // SAFETY: as above; the half is the current job's, not run yet, and no taker
+                // can claim it (private, or declined).
+                unsafe { Half::run(half, HalfRun::Here) };
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Step 2 of [`WorkerThread::run_own_half`]: a half of a job that waits for a call, not run
+    /// yet and out of every taker's reach (private, or declined by a taker), buried below the
+    /// current job, or the current job's own while it admits. Oldest first, whatever lies
+    /// between: a half of a job that waits for no call must not hide one that does.
+    fn run_half_below_call(&self) -> bool {
+        let own_too = self.current_admits();
+        for slot in 0..self.halves.top() {
+            if slot >= self.job_base.get() && !own_too {
+                break;
+            }
+            let half = self.halves.get(slot) as *const Half;
+            // SAFETY: as in `run_half_of_current_job`; a declined half's taker is done with it.
+            let runs = unsafe { Half::runs_here(half, self.halves.place(slot) == Place::Private) };
+            if runs && self.waits_for_call(slot) {
+                self.count_busy();
+                // SAFETY: as above.
+                unsafe { Half::run(half, HalfRun::OnCredit) };
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Step 3 of [`WorkerThread::run_own_half`].
+    fn claim_own_half(&self, only_below_call: bool) -> bool {
+        loop {
+            if only_below_call && !self.waits_for_call(self.halves.first_unclaimed()) {
+                return false;
+            }
+            match self.halves.steal() {
+                HalfSteal::Taken(slot, half) => {
+                    self.bump(Counter::Promotions);
+                    self.count_busy();
+                    let credit = self.waits_for_call(slot);
+                    // SAFETY: claimed here, alive until its joiner (below) has its result.
+                    unsafe {
+                        let half = Half::claimed_from(half, self.index);
+                        Half::run(half, HalfRun::Taken { credit });
+                    }
+                    return true;
+                }
+                HalfSteal::Retry => {}
+                HalfSteal::Empty if self.halves.promote() => {}
+                HalfSteal::Empty => return false,
+            }
         }
     }
 
-    /// A half of the current job that came back unrun (`return_half`), for a wait of that job
-    /// to run as part of it (`JoinJob::run`: `runs_as_part_of`). The caller's job is not
-    /// admitting (else the half would only come back again).
-    #[inline]
-    pub(super) fn take_returned_half(&self) -> Option<JobRef> {
-        self.returned.take_for(self.current.get())
+    /// Whether a half of this thread that a wait could run was declined by a taker: one of the
+    /// current job's (unless it admits), or one below a call into another pool. For the check
+    /// under the sleep flag: a taker wakes the owner after it declines.
+    pub(super) fn has_declined_half(&self) -> bool {
+        let base = self.job_base.get();
+        let admitting = self.current_admits();
+        (0..self.halves.top())
+            .filter(|&slot| self.halves.place(slot) == Place::Taken)
+            // SAFETY: as in `run_half_of_current_job`.
+            .filter(|&slot| unsafe { Half::declined(self.halves.get(slot) as *const Half) })
+            .any(|slot| (slot >= base && !admitting) || self.waits_for_call(slot))
     }
 
-    /// Pushes a job to this worker's deque with the fence of `Sleep::new_work`, unlike other
-    /// pushes there: a sleeper that is settling down is woken, not missed, for a job that
-    /// another worker must take even if this one never waits (a promoted half, a
-    /// `join_context` half).
-    pub fn push_waking(&self, job: JobRef) {
-        self.deque.push(job);
-        self.registry.sleep.new_work();
+    /// Whether this worker has work that a yield can run: jobs in its deque
+    /// (`current_thread_has_pending_tasks`; its join halves are its joiners' to run, which no
+    /// yield does). Racy by nature: thieves take from the deque at any time.
+    pub fn has_local_work(&self) -> bool {
+        !self.deque.is_empty()
     }
 
     /// Pushes a job to this worker's deque, where thieves can take it.
@@ -401,7 +469,7 @@ impl WorkerThread {
     }
 
     /// Own deque first (newest), then the own inbox, then the injector, then the other workers
-    /// from a random start.
+    /// (public halves, deques) from a random start.
     pub(super) fn find_work(&self) -> Option<JobRef> {
         self.deque
             .pop()
@@ -420,8 +488,8 @@ impl WorkerThread {
         }
     }
 
-    /// Steals the oldest job of another worker's deque, from a random start; returns it with
-    /// the victim's index.
+    /// Steals another worker's oldest public join half, else the oldest job of its deque, from
+    /// a random start; returns it with the victim's index.
     pub(super) fn steal_from_others(&self) -> Option<(JobRef, usize)> {
         let stealers = &self.registry.stealers;
         let n = stealers.len();
@@ -432,6 +500,16 @@ impl WorkerThread {
         loop {
             let mut retry = false;
             for victim in (start..n).chain(0..start).filter(|&v| v != self.index) {
+                match self.registry.halves[victim].steal() {
+                    HalfSteal::Taken(_, half) => {
+                        self.bump(Counter::Steals);
+                        // SAFETY: claimed here; alive until its joiner has its result.
+                        let job = unsafe { Half::as_taken_job(Half::claimed_from(half, victim)) };
+                        return Some((job, victim));
+                    }
+                    HalfSteal::Retry => retry = true,
+                    HalfSteal::Empty => {}
+                }
                 match stealers[victim].steal() {
                     Steal::Success(job) => {
                         self.bump(Counter::Steals);
@@ -448,10 +526,15 @@ impl WorkerThread {
     }
 
     pub(super) fn has_work(&self) -> bool {
+        let others_public = || {
+            (self.registry.halves.iter().enumerate())
+                .any(|(v, halves)| v != self.index && halves.has_public())
+        };
         !self.deque.is_empty()
             || self.has_pinned()
             || !self.registry.injector.is_empty()
             || self.registry.stealers.iter().any(|s| !s.is_empty())
+            || others_public()
     }
 
     pub(super) fn next_random(&self) -> usize {
@@ -466,10 +549,10 @@ impl WorkerThread {
 
     /// The worker state of `seed`'s worker, for the calling thread.
     pub fn new(seed: WorkerSeed, registry: Arc<Registry>, headroom: Headroom) -> Self {
-        let request: *const RequestFlag = registry.requests.flag(seed.index);
         let sleep: *const Sleep = &registry.sleep;
         let grants_elsewhere = registry.num_threads() > 1;
         let counters_row = registry.counters.row(seed.index);
+        let halves = HalfOwner::new(registry.halves[seed.index].clone());
         WorkerThread {
             deque: seed.deque,
             index: seed.index,
@@ -477,10 +560,9 @@ impl WorkerThread {
             current: Cell::new(ptr::null()),
             spare: Spare::default(),
             handoff: CountHandoff::default(),
-            halves: PrivateHalves::default(),
-            returned: ReturnedHalves::default(),
-            plain: PlainHalves::default(),
-            request,
+            halves,
+            job_base: Cell::new(0),
+            calls_out: Cell::new(ptr::null()),
             sleep,
             counted_idle: Cell::new(false),
             rng: Cell::new(
@@ -512,6 +594,15 @@ impl WorkerThread {
         }
         self.registry.sleep.pass_on(|| self.has_work());
     }
+}
+
+/// A call a job makes into another pool, in progress on its worker's thread (see
+/// [`WorkerThread::calling_out`]), on that call's frame.
+pub struct CallOut {
+    /// The job's halves when the call began.
+    halves: std::ops::Range<usize>,
+    /// The call in progress below this one, if any.
+    outer: *const CallOut,
 }
 
 /// Makes `worker` the calling thread's worker state (null: none). Whoever sets it keeps the
@@ -564,9 +655,18 @@ impl Registry {
         self.note_admitted(lender, Admission::Credit);
     }
 
-    /// Counts a join half sent back to its joiner's thread unrun.
+    /// Counts a join half declined by a taker that found no token.
     pub fn note_handed_back(&self) {
         self.counters.bump(self.slot(), Counter::HandedBack);
+    }
+
+    /// Admits `lender`, a join half's, on credit (named policy **CalledOutHalfOnCredit**),
+    /// never waiting.
+    pub fn admit_credit_half(&self, lender: &Lender) {
+        // Counted first: a snapshot that shows the credit shows the count (`admit_credit`'s
+        // release), so `halves_on_credit` bounds the halves on credit in any snapshot.
+        self.counters.bump(self.slot(), Counter::HalvesOnCredit);
+        self.admit_credit(lender);
     }
 
     /// Counts a spawn of a cancelled fallible scope dropped unrun (see `try_scope`).

@@ -34,19 +34,17 @@ const SPIN_ROUNDS: u32 = 64;
 /// jobs of its own deque only, until the spawn is admitted (a throughput policy, `help_first`).
 pub enum Policy<'a> {
     /// **The rule**: any admitted job of the context's pool (own deque, newest first; own inbox
-    /// of pinned jobs; the injector; other workers' deques), and the private join halves of the
-    /// jobs this thread waits in: promoted while work is wanted, and taken by the wait itself
-    /// once it finds nothing else (a half runs as part of its job if that job is current, else
-    /// it is admitted like any steal, or sent back to its joiner's thread: `JoinJob`'s run);
-    /// before them the current job's halves that came back unrun (**HalfReturnsToItsJob**),
-    /// after them its plain joins' halves (**PlainHalvesKept**).
+    /// of pinned jobs; the injector; other workers' public halves and deques), and the join
+    /// halves of this thread's split stack: promoted while work is wanted, and run by the wait
+    /// itself once it finds nothing else (`WorkerThread::run_own_half`: the current job's own
+    /// halves in place as part of it, else the oldest one claimed as a thief would).
     ///
-    /// One narrowing belongs to the rule, **AdmittingKeepsHalves**: while the current job waits to admit
-    /// a spawn ([`WorkerThread::current_admits`]), its private halves are neither promoted nor
-    /// taken. No token is free to admit one and it could not run as part of the job (a job has
-    /// one child waiting for its token at most, `runs_as_part_of`), so it would only come back
-    /// (**HalfReturnsToItsJob**) for the job's later wait; kept private, that wait takes it
-    /// without the round trip.
+    /// One narrowing belongs to the rule, **AdmittingKeepsHalves**: while the current job waits
+    /// to admit a spawn ([`WorkerThread::current_admits`]), its halves are neither promoted nor
+    /// run as part of it, and no other half is claimed unless it lies below a call into another
+    /// pool. No token is free to admit one, and one could not run as part of the job (a job has
+    /// one child waiting for its token at most, `runs_as_part_of`); kept private, the job's later
+    /// wait runs it.
     AnyAdmitted,
     /// **OwnItems** (the ordered-stream consumer on a worker): only what the closure runs (the
     /// stream's own items; it returns whether it ran one) and the jobs pinned to this worker (a
@@ -117,9 +115,6 @@ impl WorkerThread {
                 // ends with a grant, which wakes this thread.
                 Round::ThiefWindow => thread::yield_now(),
                 Round::Nothing if idle < SPIN_ROUNDS => {
-                    if let Policy::AnyAdmitted = policy {
-                        self.ask_for_work(false);
-                    }
                     idle += 1;
                     thread::yield_now();
                 }
@@ -137,20 +132,26 @@ impl WorkerThread {
     /// the spawn shapes of `benches/callgrind.sh` several percent.
     #[inline(always)]
     fn any_admitted_round(&self, pacing: &mut Pacing) -> Round {
-        // Private halves of the jobs this thread waits in are work a thief may ask for (a
-        // request stays up while there is none, for the next join to serve). A half just
-        // promoted is left to the thief for this round: the thread's own pop would win it.
+        // Private halves of the jobs this thread waits in are work an idle worker wants. A half
+        // just promoted is left to the thief for this round: the thread's own claim would win
+        // it.
         // AdmittingKeepsHalves: see `Policy::AnyAdmitted`.
         let kept = self.current_admits();
-        let served = self.halves.any() && !kept && self.serve_request();
+        let served = self.halves.has_private() && !kept && self.serve_idle();
         // broadcast: the inbox after the own deque, before the injector and stealing.
         let local = if served {
             self.steal_injected()
         } else {
-            self.deque
-                .pop()
-                .or_else(|| self.take_pinned())
-                .or_else(|| self.steal_injected())
+            let own = self.deque.pop().or_else(|| self.take_pinned());
+            // While a job of this thread waits for a call into another pool, its halves come
+            // before the injector and other workers' jobs, as `b` in rayon's deque comes before
+            // them (CalledOutHalfOnCredit): the call may wait for one of them, and an injected
+            // job (another pool's call in) may block without ever waiting, so "no other work"
+            // might never come.
+            if own.is_none() && self.waits_for_a_call() && self.run_own_half() {
+                return Round::Ran;
+            }
+            own.or_else(|| self.steal_injected())
         };
         // Out of work of its own, the worker counts as idle (`count_idle`) until it finds some:
         // a job it steals keeps it counted until that job joins; anything else is its own work.
@@ -160,12 +161,7 @@ impl WorkerThread {
         // With the index of the worker it was stolen from, if it was.
         let found = local
             .map(|job| (job, None))
-            .or_else(|| self.steal_from_others().map(|(job, v)| (job, Some(v))))
-            .or_else(|| {
-                let own = (!served && !kept)
-                    .then(|| self.take_returned_half().or_else(|| self.take_own_half()));
-                own.flatten().map(|job| (job, None))
-            });
+            .or_else(|| self.steal_from_others().map(|(job, v)| (job, Some(v))));
         crate::base::chaos::point();
         match found {
             Some((job, Some(victim))) => self.run_stolen(job, victim, pacing),
@@ -175,8 +171,8 @@ impl WorkerThread {
                 unsafe { job.run() }
             }
             None if served => return Round::ThiefWindow,
-            // Last: a plain join's `b` of the current job (PlainHalvesKept).
-            None if !kept && self.run_plain_half() => {}
+            // Last: this thread's own halves.
+            None if self.run_own_half() => {}
             None => return Round::Nothing,
         }
         Round::Ran
@@ -188,56 +184,55 @@ impl WorkerThread {
         if own() {
             return Round::Ran;
         }
-        // The current job's own code, as an item is (HalfReturnsToItsJob, PlainHalvesKept): a
-        // half of the job that came back unrun, or a plain join's `b`. A sent-back half
-        // arrives through the inbox, as a pinned job does.
-        let kept = self.current_admits();
-        let job = self
-            .take_pinned()
-            .or_else(|| (!kept).then(|| self.take_returned_half()).flatten());
-        if let Some(job) = job {
-            // SAFETY: a pinned job is admitted and runs once, on its worker; a returned half is
-            // alive until its joiner sees its latch, and runs once.
+        if let Some(job) = self.take_pinned() {
+            // SAFETY: a pinned job is admitted and runs once, on its worker.
             unsafe { job.run() };
             return Round::Ran;
         }
-        if !kept && self.run_plain_half() {
+        // The current job's own code, as an item is: a half of the job not run yet (private,
+        // public and taken back, or declined by a taker).
+        let kept = self.current_admits();
+        if !kept && self.run_half_of_current_job() {
             return Round::Ran;
         }
-        // Its private halves go to thieves, the oldest first, one a round: this wait runs no
-        // deque's job, and one of them may be what an item waits for (shape 2 through a
-        // stream), which a thief runs, or sends back here to run as part of the job.
-        if !kept && self.halves.any() && self.promote_oldest() {
+        // Its other private halves go to thieves, the oldest first, one a round: this wait
+        // runs no deque's job, and one of them may be what an item waits for (shape 2 through
+        // a stream), which a thief runs, or leaves to its job.
+        if !kept && self.halves.has_private() && self.promote_oldest() {
             return Round::ThiefWindow;
         }
         Round::Nothing
     }
 
-    /// Sleeps until woken, as `policy` sleeps: a waiter by the rule asks every busy worker for
-    /// a half first (every busy worker promotes one at its next join, and that promotion wakes
-    /// a sleeper, `promote_oldest`: no private work outlives every awake thief) and sleeps
-    /// until new work or `done`; a waiter for its own items sleeps aside.
+    /// Sleeps until woken, as `policy` sleeps: a waiter by the rule is counted idle, so every
+    /// busy worker promotes a half at its next join, and that promotion wakes a sleeper
+    /// (`promote_oldest`: no private work outlives every awake thief); it sleeps until new work
+    /// or `done`; a waiter for its own items sleeps aside. Either wakes for a
+    /// half of its own that a taker declined (`has_declined_half`): the taker wakes it by
+    /// index after it declines.
     fn sleep_in(&self, policy: &Policy<'_>, done: &dyn Fn() -> bool) {
         let sleep = &self.registry.sleep;
         match policy {
             Policy::AnyAdmitted => {
-                self.ask_for_work(true);
                 // broadcast: an inbox is to its worker what a latch is to its owner: its pusher
                 // wakes this worker by index (`wake_worker`), so the check under the sleep flag
                 // must see it, with `done`.
-                let done_or_pinned = || done() || self.has_pinned();
+                let done_or_pinned = || done() || self.has_pinned() || self.has_declined_half();
                 sleep.sleep(self.index, || self.has_work(), done_or_pinned);
             }
-            Policy::OwnItems(_) => sleep.sleep_aside(self.index, || self.has_pinned(), done),
+            Policy::OwnItems(_) => {
+                let done_or_declined = || done() || self.has_declined_half();
+                sleep.sleep_aside(self.index, || self.has_pinned(), done_or_declined)
+            }
         }
     }
 
-    /// Runs a job stolen from the deque of worker `victim`, then pauses for `STEAL_BACKOFF` if
+    /// Runs a job stolen from worker `victim` (a public half, or a job of its deque), then pauses for `STEAL_BACKOFF` if
     /// `pacing` says the job was not worth moving (see `pacing`).
     pub(super) fn run_stolen(&self, job: JobRef, victim: usize, pacing: &mut Pacing) {
         let victim_queue = || self.registry.stealers[victim].len();
         let start = pacing.wants_run_time(victim_queue).then(Instant::now);
-        // A join's half sent back runs nothing here: no level is left from an earlier job.
+        // A join half declined runs nothing here: no level is left from an earlier job.
         self.spawned_level.set(None);
         // SAFETY: jobs in the queues are alive and run once, on a worker of their pool.
         unsafe { job.run() };
@@ -255,9 +250,8 @@ impl WorkerThread {
     /// deque only when `local`, else from wherever [`WorkerThread::find_work`] looks. Returns
     /// whether it ran one. The job runs above the yielding job as a helped job runs above a
     /// wait: it started later, so the proof of B3 covers it (design §5.1), and it starts
-    /// through its own `run` like every job, so B5 does too. Private join halves are left
-    /// alone: the current job's would run as part of it anyway, a buried job's would come
-    /// back unrun.
+    /// through its own `run` like every job, so B5 does too. This thread's own join halves are
+    /// left alone: the current job's run as part of it anyway, a buried job's are its own.
     pub fn yield_one(&self, local: bool) -> bool {
         let job = if local { self.pop() } else { self.find_work() };
         let Some(job) = job else { return false };

@@ -8,9 +8,9 @@ mod common;
 
 mod builders_thread_races_a_drop_elsewhere;
 mod calls;
+mod declined_halves;
 mod deferred_spawns_and_cycles;
 mod free_calls_pick_their_pool;
-mod halves_sent_back;
 mod in_place_scopes;
 mod terminated_pools;
 mod trees_and_shapes;

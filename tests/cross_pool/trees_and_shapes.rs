@@ -6,13 +6,20 @@
 //! its caller's credit; a spawn into Y from a worker of another pool never waits either; an
 //! in-place scope of Y opened by X's job (`Y.in_place_scope`, `Y.in_place_scope_fifo`) runs its
 //! body on X's worker and its spawns as children of a credit root of Y. The trees also nest
-//! fifo and in-place scopes within a pool, and `join_context` halves that yield. So for
-//! each pool at every instant `tokens_in_use <= cap`, `executing <= cap + F` and
-//! `inflight <= (cap + F) × levels`, where F counts the calls into the pool made from other
-//! pools' jobs and still in progress (the test counts them itself, around each call). Once
-//! everything has finished each pool is idle (B4). A panic anywhere is raised again by the
-//! install/scope/join that contains it, only after all of that call's jobs have finished, and a
-//! panic in a detached job goes to its pool's panic handler.
+//! fifo and in-place scopes within a pool, `join_context` halves that yield, and joins whose `a`
+//! waits, through a call into another pool, until its own `b` has started (shape 2, which
+//! rayon-core finishes wherever `b` is: issue 36's adversarial pass, issue 39). While a job
+//! waits for such a call, a wait on its thread that finds no other work may run the job's
+//! halves on credit (named policy CalledOutHalfOnCredit: one more token while the half runs,
+//! counted in `Stats::calls_in` and in the total `Stats::halves_on_credit`). So for each pool
+//! at every instant `tokens_in_use <= cap`, `executing <= cap + F + H` and
+//! `inflight <= (cap + F + H) × levels`, where F counts the calls into the pool made from other
+//! pools' jobs and still in progress (the test counts them itself, around each call) and H the
+//! pool's halves running on credit, at most `halves_on_credit` (a total: the test cannot tell
+//! which of them still run, so it adds the total). Once everything has finished each pool is
+//! idle (B4). A panic anywhere is raised again by the install/scope/join that contains it, only
+//! after all of that call's jobs have finished, and a panic in a detached job goes to its pool's
+//! panic handler.
 //!
 //! `random_trees_across_pools_never_hang_and_keep_each_pools_bounds` runs
 //! `TREEPOOL_STRESS_TREES` trees (default 10,000) from the seed `TREEPOOL_STRESS_SEED` (decimal
@@ -39,7 +46,8 @@
 //! descendant of it (in the same pool) holds its loan, the token stays parked until that job
 //! ends (`Stats::calls_in` counts credit tokens in use). So the test's count of "credits that
 //! may be in use" in a pool is the calls into it in progress plus the detached jobs spawned
-//! inside it from its own workers during the current tree (counted until the tree is idle).
+//! inside it from its own workers during the current tree (counted until the tree is idle),
+//! plus the pool's `halves_on_credit` so far (a half's credit token can stay parked likewise).
 
 use crate::common;
 use crate::common::{pool, settle, spin_until, watchdog, Rng};
@@ -156,6 +164,11 @@ struct Tally {
     detached: AtomicUsize,
     leaf_panics: AtomicUsize,
     broadcasts: AtomicUsize,
+    /// Shape-2 joins (`a` waits, through another pool, until `b` started).
+    shape_2_joins: AtomicUsize,
+    /// Join halves the pools ran on credit (`Stats::halves_on_credit`), summed once the pools'
+    /// trees are done.
+    halves_on_credit: AtomicUsize,
 }
 
 /// Everything a tree's jobs share; detached jobs hold it by `Arc`.
@@ -230,24 +243,31 @@ impl Cx {
     /// Checks pool `p`'s bounds on a snapshot taken while the tree runs. The foreign peak is
     /// read after the snapshot: it only grows, and a call counts itself before it starts a job
     /// and uncounts after that job has finished, so it covers every credit job in the snapshot.
+    ///
+    /// The pool's halves on credit are bounded by the snapshot's own `halves_on_credit`, a
+    /// total: a half is counted before it takes its credit token, and a snapshot that shows the
+    /// token shows the count (`Registry::admit_credit_half`, `TokenTable::count`).
     fn sample(&self, p: usize) {
         let slot = &self.slots[p];
         let stats = slot.pool.stats();
-        let credit = slot.cap + slot.peak_foreign.load(Ordering::SeqCst);
+        let foreign = slot.peak_foreign.load(Ordering::SeqCst);
         if stats.tokens_in_use > slot.cap {
             self.fail(format!(
                 "pool {p}: tokens in use > cap {}: {stats:?}",
                 slot.cap
             ));
         }
+        // Credits that may be in use: foreign calls (the test's count) and halves on credit.
+        let credit = slot.cap + foreign + stats.halves_on_credit as usize;
         if stats.executing > credit {
             self.fail(format!(
-                "pool {p}: executing > cap + foreign calls {credit}: {stats:?}"
+                "pool {p}: executing > cap + foreign calls + halves on credit {credit}: {stats:?}"
             ));
         }
         if stats.inflight > credit * stats.peak_depth.max(1) {
             self.fail(format!(
-                "pool {p}: in flight > (cap + foreign calls {credit}) x levels: {stats:?}"
+                "pool {p}: in flight > (cap + foreign calls + halves on credit {credit}) x levels: \
+                 {stats:?}"
             ));
         }
     }
@@ -491,10 +511,35 @@ fn node<'s>(at: At<'s>, scope: Option<&treepool::Scope<'s>>, seed: u64, size: us
             let sizes = split(&mut rng, rest, 2);
             let (a, b) = (rng.next(), rng.next());
             let size_b = sizes.get(1).copied().unwrap_or(0);
-            if rng.range(0, 1) == 0 {
+            let kind = rng.range(0, 2);
+            if kind == 0 {
                 treepool::join(
                     || node(at, scope, a, sizes[0]),
                     || node(at, scope, b, size_b),
+                );
+            } else if kind == 1 {
+                // Shape 2: `a` runs its subtree, then waits, through a call into another pool,
+                // until `b` has started. `b` lies in its thread's split stack (private, public,
+                // or declined by a thief that found no token) or runs on a thief; a wait on
+                // its thread runs it as part of the job while the job is current, else, the
+                // job buried below the call, admitted or on credit (CalledOutHalfOnCredit).
+                // Issue 36: rayon-core finishes every such join.
+                cx.tally.shape_2_joins.fetch_add(1, Ordering::Relaxed);
+                let started = AtomicBool::new(false);
+                let other = at.other_pool(&mut rng);
+                treepool::join(
+                    || {
+                        node(at, scope, a, sizes[0]);
+                        call_into(at, other, "install (until the join's b started)", |_| {
+                            cx.slots[other]
+                                .pool
+                                .install(|| spin_until(|| started.load(Ordering::SeqCst)))
+                        });
+                    },
+                    || {
+                        started.store(true, Ordering::SeqCst);
+                        node(at, scope, b, size_b)
+                    },
                 );
             } else {
                 // rayon's `join_context`, each half first running one pending job of the pool.
@@ -737,26 +782,35 @@ fn run_tree(cx: &Arc<Cx>, seed: u64) {
             ));
         }
         let [stats] = settle([&slot.pool]);
+        // Credits that may have been in use at once: the test's peak count of foreign calls
+        // (and parked loans of detached jobs), and every half the pool ran on credit so far.
+        // The peaks are since the pool was built, and so are both counts; settled, the total
+        // counts every half that ever ran on credit. (Halves on credit are no test-side count:
+        // a total is the tightest bound the test can know on how many ran at once.)
         let foreign = slot.peak_foreign.load(Ordering::SeqCst);
+        let halves = stats.halves_on_credit as usize;
+        let credit = foreign + halves;
         let cap = slot.cap;
         if stats.tokens_in_use > cap {
             cx.fail(format!("pool {p}: tokens in use > cap {cap}: {stats:?}"));
         }
-        if stats.peak_executing > cap + foreign {
+        if stats.peak_executing > cap + credit {
             cx.fail(format!(
-                "pool {p}: peak executing > cap {cap} + peak foreign calls {foreign}: {stats:?}"
+                "pool {p}: peak executing > cap {cap} + peak foreign calls {foreign} + halves \
+                 on credit {halves}: {stats:?}"
             ));
         }
-        if stats.peak_calls_in > foreign {
+        if stats.peak_calls_in > credit {
             cx.fail(format!(
-                "pool {p}: peak credit tokens > the test's peak count {foreign}: {stats:?}"
+                "pool {p}: peak credit tokens > the test's peak count {foreign} + halves on \
+                 credit {halves}: {stats:?}"
             ));
         }
         slot.local_detached.store(0, Ordering::SeqCst);
-        if stats.peak_inflight > (cap + foreign) * stats.peak_depth {
+        if stats.peak_inflight > (cap + credit) * stats.peak_depth {
             cx.fail(format!(
-                "pool {p}: peak in flight > (cap {cap} + peak foreign calls {foreign}) x peak \
-                 depth: {stats:?}"
+                "pool {p}: peak in flight > (cap {cap} + peak foreign calls {foreign} + halves \
+                 on credit {halves}) x peak depth: {stats:?}"
             ));
         }
     }
@@ -786,7 +840,7 @@ struct Progress {
 struct Summary {
     trees: u64,
     configs: u64,
-    tally: [usize; 6],
+    tally: [usize; 8],
 }
 
 /// Runs `trees` trees from `base`, each `repeat` times, reporting each one to `progress` first.
@@ -794,7 +848,7 @@ fn run_all(base: u64, trees: u64, repeat: u64, progress: mpsc::Sender<Progress>)
     let mut summary = Summary {
         trees: 0,
         configs: 0,
-        tally: [0; 6],
+        tally: [0; 8],
     };
     let mut config_seed = base & !TREE_MASK;
     let mut first = base & TREE_MASK;
@@ -819,6 +873,13 @@ fn run_all(base: u64, trees: u64, repeat: u64, progress: mpsc::Sender<Progress>)
             }
         }
         let t = &cx.tally;
+        let on_credit: u64 = cx
+            .slots
+            .iter()
+            .map(|s| s.pool.stats().halves_on_credit)
+            .sum();
+        t.halves_on_credit
+            .store(on_credit as usize, Ordering::SeqCst);
         for (sum, count) in summary.tally.iter_mut().zip([
             &t.nodes,
             &t.cross_calls,
@@ -826,6 +887,8 @@ fn run_all(base: u64, trees: u64, repeat: u64, progress: mpsc::Sender<Progress>)
             &t.detached,
             &t.leaf_panics,
             &t.broadcasts,
+            &t.shape_2_joins,
+            &t.halves_on_credit,
         ]) {
             *sum += count.load(Ordering::SeqCst);
         }
@@ -882,11 +945,13 @@ fn random_trees_across_pools_never_hang_and_keep_each_pools_bounds() {
     }
     match runner.join() {
         Ok(summary) => {
-            let [nodes, calls, spawns, detached, panics, broadcasts] = summary.tally;
+            let [nodes, calls, spawns, detached, panics, broadcasts, shape_2, on_credit] =
+                summary.tally;
             println!(
                 "cross_pool: {} trees x {repeat} on {} pool sets from seed {base:#x} in {:.1} s: \
                  {nodes} nodes, {calls} calls across pools, {spawns} spawns across pools, \
-                 {detached} detached jobs, {panics} leaf panics, {broadcasts} broadcasts",
+                 {detached} detached jobs, {panics} leaf panics, {broadcasts} broadcasts, \
+                 {shape_2} shape-2 joins, {on_credit} halves on credit",
                 summary.trees,
                 summary.configs,
                 start.elapsed().as_secs_f64()

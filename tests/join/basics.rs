@@ -62,14 +62,15 @@ fn panics_in_a_in_b_and_in_both() {
     });
 }
 
+/// Pool A (1 thread, 1 token): job J runs join(a, b); `a` spawns a detached D on J's loan,
+/// then waits in pool C (a call into another pool), so A's thread helps and runs D above J's
+/// frame. D calls into pool B and waits there until `b` has run its own spawn. Run inline as
+/// part of J above D, `b` would spawn a child of J needing J's loan, held by D, buried under
+/// `b`: a deadlock; declined (no token is free), it would wait for J, below D, which waits for
+/// it. It runs on credit (named policy CalledOutHalfOnCredit: J waits for a call), a child of J
+/// with a token of its own. With the policy off this test hangs.
 #[test]
-fn a_waiting_thread_hands_back_its_own_join_half_instead_of_burying_a_lender() {
-    // Pool A (1 thread, 1 token): job J runs join(a, b); `a` spawns a detached D on J's loan,
-    // then waits in pool C, so A's thread helps and runs D above J's frame. D calls into pool B
-    // and, while it waits, A's thread finds no other work and takes J's private `b` itself.
-    // Run inline there, `b` would spawn a child of J needing J's loan, held by D, buried under
-    // `b`: a deadlock. Instead `b` is handed back (it cannot be admitted) and J runs it once D
-    // has returned.
+fn a_half_of_a_job_waiting_for_a_call_runs_on_credit_above_the_job_it_waits_under() {
     watchdog(60, || {
         let a = Arc::new(pool(1, 1));
         let b_pool = Arc::new(pool(1, 1));
@@ -80,10 +81,9 @@ fn a_waiting_thread_hands_back_its_own_join_half_instead_of_burying_a_lender() {
         a.install(|| {
             treepool::join(
                 || {
-                    let (a3, b_pool, done) = (a2.clone(), b_pool.clone(), d_done.clone());
+                    let (b_pool, done, ran) = (b_pool.clone(), d_done.clone(), ran.clone());
                     treepool::spawn(move || {
-                        // Wait in B until A's thread has met `b` and handed it back.
-                        b_pool.install(|| spin_until(|| a3.stats().handed_back >= 1));
+                        b_pool.install(|| spin_until(|| ran.load(Ordering::SeqCst)));
                         done.store(true, Ordering::SeqCst);
                     });
                     c_pool.install(|| spin_until(|| d_done.load(Ordering::SeqCst)));
@@ -92,7 +92,10 @@ fn a_waiting_thread_hands_back_its_own_join_half_instead_of_burying_a_lender() {
             )
         });
         assert!(ran_b_child.load(Ordering::SeqCst));
-        common::settle([&a]);
+        let [s] = common::settle([&a2]);
+        assert_eq!(s.halves_on_credit, 1, "{s:?}");
+        // One credit at most on top of the one token: the half, while it ran.
+        assert!(s.peak_executing <= 2 && s.peak_calls_in == 1, "{s:?}");
     });
 }
 

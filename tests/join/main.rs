@@ -6,6 +6,7 @@ mod common;
 
 mod basics;
 mod context_and_yield;
+mod halves_run_by_waits;
 mod lazy;
-mod plain_halves;
+mod split_stack_edges;
 mod spreading;

@@ -38,7 +38,8 @@
 //!   runnable whatever the registration's re-check granted, wait (a `yield_now` loop) until its
 //!   own job is admitted, then `settle`;
 //! * a *thief* of a join half makes the half's lender from the joiner's job (by address, as
-//!   `Registry::new_child` does), calls `try_admit` only, and hands the job back when it fails;
+//!   `Registry::new_child` does), calls `try_admit` only, and declines the half when it fails
+//!   (the half stays in the joiner's split stack, and the joiner runs it as part of its job);
 //! * a *finisher* calls `finish` when a job's body returns and makes runnable whatever job the
 //!   call granted a token to;
 //! * a call from a job of another pool starts a root with `admit_credit`.
@@ -98,10 +99,13 @@
 //! The stale-entry purge (`purge_stale`, after 32 stale entries) is not modelled: it needs 32
 //! spawns. Deadlock freedom across pools (B3) is not modelled either: jobs of different pools are
 //! never linked, and a credit root is a plain root here. The lenders' tickets are left unset: the
-//! table never reads them. The join model mirrors `JoinJob`/`Latch` (`src/worker/job.rs`,
-//! `src/worker/latch.rs`) with loom primitives, since the real ones need a `Registry` with worker threads.
+//! table never reads them. The join model (models 6 and 6b) mirrors `JoinJob` and its `Half`
+//! (`src/worker/job.rs`) with loom primitives, since the real ones need a `Registry` with worker
+//! threads, and takes the split stack's claim as one compare-and-swap (the stack has models of
+//! its own, in `tests/loom/join.rs`).
 
 use crate::runner::model;
+use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use loom::thread;
 use treepool::__loom::{Admission, Arc, Lender, LenderRef, Registration, TokenTable};
@@ -458,7 +462,7 @@ fn run_each_on_a_thread(
 }
 
 /// Model 1: two children of one parent race for its loan. Thread A is the thief of a join half
-/// (makes the half's lender, `try_admit` only, hands the job back if that fails); thread B spawns
+/// (makes the half's lender, `try_admit` only, declines the half if that fails); thread B spawns
 /// (`try_admit`, else `register` and wait). With one token, held by the parent, at most one runs
 /// at a time; if B waits, A's finish (or B's own re-check) passes the loan on.
 #[test]
@@ -483,7 +487,7 @@ fn two_children_race_for_one_loan() {
                         world.run_and_finish(h1, how);
                         true
                     }
-                    None => false, // handed back: the joiner runs it inline, no admission
+                    None => false, // declined: the joiner runs it inline, no admission
                 }
             })
         };
@@ -827,18 +831,103 @@ fn waiter_granted_by_loan_and_pool_at_once() {
     });
 }
 
-/// `JoinJob` latch states (`src/worker/latch.rs`).
-const UNSET: u8 = 0;
-const SET: u8 = 1;
+/// A join half's state bits (`Half::state`, `src/worker/job.rs`). None set: not run, and no
+/// taker is done with it.
+/// Its closure ran (or runs now).
+const RAN: u8 = 1;
+/// The taker that claimed it is done with it: ran it, or declined it.
+const SETTLED: u8 = 2;
+/// With `SETTLED` and without `RAN`: the taker found no token and left it, unrun, for its job.
+const DECLINED: u8 = 4;
 
-/// The join protocol of `src/api/join.rs` and `JoinJob::run` (`src/worker/job.rs`), mirrored with loom
-/// primitives: `in_deque` stands for `b` in the joiner's deque (taken by exactly one of the
-/// joiner's pop and a thief's steal), `latch` for `b`'s latch, `sent_back` for `b` in the
-/// joiner's inbox (`WorkerThread::return_half`). J (the joiner's job) holds the
-/// only token and lent it to C1; if `c1_returns`, a third thread finishes C1 meanwhile, so the
-/// thief may find the loan free and run `b` itself. The thief makes `b`'s lender only once it
-/// has stolen `b` (`Registry::new_child(job.parent)`), from J's address.
-fn join_send_back(c1_returns: bool) {
+/// What `b` returns.
+const B_RESULT: usize = 7;
+
+/// The `b` of a join (`JoinJob`, `src/worker/job.rs`), in its joiner's split stack: its state,
+/// its closure (taken by whoever runs it) and its result (written by a run away from the
+/// joiner's frame, read once by the joiner). The cells are loom's, so a taker's run that is not
+/// ordered before the joiner's look at them (a settle without `Release`, a probe without
+/// `Acquire`), or a second run racing the first, is a causality violation.
+struct JoinHalf {
+    /// `RAN`, `SETTLED` and `DECLINED` bits.
+    state: AtomicU8,
+    /// Whether `b`'s closure is still there (`JoinJob::func`).
+    func: UnsafeCell<bool>,
+    /// `JoinJob::result`.
+    result: UnsafeCell<Option<usize>>,
+    /// Times `b`'s closure ran, wherever.
+    runs: AtomicUsize,
+}
+
+// SAFETY: the cells are loom's `UnsafeCell`s, whose accesses loom checks: a write concurrent
+// with another access fails the model.
+unsafe impl Sync for JoinHalf {}
+
+impl JoinHalf {
+    fn new() -> Self {
+        JoinHalf {
+            state: AtomicU8::new(0),
+            func: UnsafeCell::new(true),
+            result: UnsafeCell::new(None),
+            runs: AtomicUsize::new(0),
+        }
+    }
+
+    /// Takes `b`'s closure and calls it, unless a run took it already.
+    fn call(&self) -> Option<usize> {
+        // SAFETY: loom checks the accesses (see `Sync` above).
+        let there = self
+            .func
+            .with_mut(|func| unsafe { std::mem::replace(&mut *func, false) });
+        there.then(|| {
+            self.runs.fetch_add(1, Ordering::Relaxed);
+            B_RESULT
+        })
+    }
+
+    /// `JoinJob::run_into_result`: a taker runs `b` away from its joiner's frame.
+    fn run_into_result(&self) {
+        let value = self.call().expect("a join half runs once");
+        // SAFETY: as in `call`.
+        self.result
+            .with_mut(|result| unsafe { *result = Some(value) });
+    }
+
+    /// `JoinJob::run_inline`: the joiner runs `b` here, unless a taker ran it (then its result).
+    fn run_inline(&self) -> usize {
+        self.call().unwrap_or_else(|| {
+            // SAFETY: as in `call`.
+            let result = self.result.with_mut(|result| unsafe { (*result).take() });
+            result.expect("the taker that ran b wrote its result")
+        })
+    }
+}
+
+/// The join protocol of `join_in_worker` and `public_half` (`src/api/join.rs`) and
+/// `JoinJob::run_taken` (`src/worker/job.rs`), for one public `b`, mirrored with loom
+/// primitives and the real token table: `unclaimed` stands for `b` public in the joiner's split
+/// stack (taken by exactly one of the joiner's take-back and a thief's claim: one CAS on
+/// `ends`, whose own models are in `tests/loom/join.rs`), [`JoinHalf`] for `b` itself. J (the
+/// joiner's job) holds the only token and lent it to C1; if `c1_returns`, a third thread
+/// finishes C1 meanwhile, so the thief may find the loan free. The thief makes `b`'s lender
+/// only once it has claimed `b` (`Registry::new_child(job.parent)`), from J's address, and
+/// tries to admit it (`try_admit` only: J is not its current job, and no call into another
+/// pool lies below J, so neither HalfRunsAsPart nor CalledOutHalfOnCredit applies): admitted,
+/// it runs `b` as a child of J, finishes it and settles `b` (`SETTLED | RAN`, Release); else it
+/// declines `b` (`SETTLED | DECLINED`, Release: `b` stays where it is, unrun) and drops the
+/// lender unadmitted. The joiner, after `a`, takes `b` back and runs it inline, or waits until
+/// `b` is settled (Acquire: `JoinJob::settled`) and takes its result, or, declined, runs it
+/// inline (`result_after_taken`): as part of J, no admission. The wake-up the taker sends
+/// the joiner's thread (`Sleep::wake_worker`) is not modelled: the joiner spins. J finishes as
+/// soon as its body returns, without waiting for the thief's thread, as in the pool: whatever
+/// the thief does after its settle must not need J.
+///
+/// Shown to fail (each mutation made by hand in this function): a settle with `Relaxed`
+/// (model 6b: "Causality violation", `b`'s closure or result); a joiner that waits for `RAN`
+/// only, not for any settle (model 6: a declined `b` is never run, "Model exceeded maximum
+/// number of branches"); a taker that settles an admitted `b` before it finishes its lender
+/// (model 6b: J finishes with `b` on its loan).
+fn join_decline(c1_returns: bool) {
     let mut world = World::new(1);
     let j = world.job(None);
     let c1 = world.job(Some(j));
@@ -848,45 +937,39 @@ fn join_send_back(c1_returns: bool) {
     world.start(&hj, Admission::Pool);
     let h1 = world.make(c1, Some(&hj.lender));
     world.start(&h1, Admission::Loan);
-    let in_deque = Arc::new(AtomicBool::new(true));
-    let latch = Arc::new(AtomicU8::new(UNSET));
-    // `b` in the joiner's inbox, sent back by the thief.
-    let sent_back = Arc::new(AtomicBool::new(false));
-    // How many times `b`'s closure ran, wherever.
-    let b_ran = Arc::new(AtomicUsize::new(0));
+    let unclaimed = Arc::new(AtomicBool::new(true));
+    let half = Arc::new(JoinHalf::new());
 
     let thief = {
-        let (world, in_deque, latch, sent_back, b_ran) = (
-            world.clone(),
-            in_deque.clone(),
-            latch.clone(),
-            sent_back.clone(),
-            b_ran.clone(),
-        );
+        let (world, unclaimed, half) = (world.clone(), unclaimed.clone(), half.clone());
         let parent = hj.addr();
         thread::spawn(move || {
-            if in_deque
+            // The claim (`HalfStack::steal`).
+            if unclaimed
                 .compare_exchange(true, false, Ordering::AcqRel, Ordering::Relaxed)
                 .is_err()
             {
-                return false; // the joiner popped it back
+                return false; // the joiner took it back
             }
             let hb = world.make_child(b, parent);
             match world.try_admit(&hb) {
                 None => {
-                    // No token: send `b` back to the joiner's thread (`return_half`: a push to
-                    // its inbox, which the joiner's wait takes); its lender is dropped
-                    // unadmitted.
+                    // No token: decline `b`, which stays in J's split stack, unrun, for J
+                    // (`Half::settle`: the state last, with Release). Then its lender, never
+                    // shared, is dropped unadmitted, as `run_taken`'s return drops it: J may
+                    // have finished by then.
+                    half.state.store(SETTLED | DECLINED, Ordering::Release);
                     drop(hb);
-                    sent_back.store(true, Ordering::Release);
                     false
                 }
                 Some(how) => {
                     assert!(c1_returns, "J's token is lent and the pool is empty");
                     world.run(&hb, how);
-                    b_ran.fetch_add(1, Ordering::Relaxed);
+                    half.run_into_result();
                     world.finish(hb);
-                    latch.store(SET, Ordering::Release);
+                    // Release: publishes `b`'s result, and orders the loan's return before J's
+                    // finish.
+                    half.state.store(SETTLED | RAN, Ordering::Release);
                     true
                 }
             }
@@ -902,38 +985,42 @@ fn join_send_back(c1_returns: bool) {
         (None, Some(h1))
     };
 
-    // The joiner: `a` ran inline; now pop `b` back, or wait for its latch, taking `b` from its
-    // inbox if it was sent back (then it runs as part of J: HalfReturnsToItsJob).
-    let popped = in_deque
+    // The joiner: `a` ran inline; now take `b` back (`HalfOwner::take_back`: `Retracted`), or,
+    // claimed (`Taken`), wait until its taker settled it.
+    let taken_back = unclaimed
         .compare_exchange(true, false, Ordering::AcqRel, Ordering::Relaxed)
         .is_ok();
-    let inline = popped
-        || loop {
-            // Acquire: `Latch::probe`.
-            if latch.load(Ordering::Acquire) == SET {
-                break false;
-            }
-            // Acquire: the inbox's pop sees the thief's push (only the joiner takes it out).
-            if sent_back.load(Ordering::Acquire) {
-                break true;
+    let inline = taken_back || {
+        let settled = loop {
+            // Acquire: `JoinJob::settled`, paired with the taker's Release.
+            let state = half.state.load(Ordering::Acquire);
+            if state & SETTLED != 0 {
+                break state;
             }
             thread::yield_now();
         };
-    if inline {
-        // Part of J's job: no admission.
-        b_ran.fetch_add(1, Ordering::Relaxed);
-    }
+        assert!(
+            settled == SETTLED | RAN || settled == SETTLED | DECLINED,
+            "a settled half is run or declined"
+        );
+        // `result_after_taken`. Relaxed: settled, so only this thread looks at the state now.
+        half.state.fetch_or(RAN, Ordering::Relaxed);
+        settled & DECLINED != 0
+    };
+    // Taken back or declined, `b` runs here, as part of J: no admission.
+    assert_eq!(half.run_inline(), B_RESULT);
 
-    let thief_ran = thief.join().unwrap();
     if let Some(t) = returner {
         t.join().unwrap();
     }
     if let Some(h1) = h1 {
         world.run_and_finish(h1, Admission::Loan);
     }
-    assert_eq!(b_ran.load(Ordering::Relaxed), 1, "b ran exactly once");
-    assert_eq!(thief_ran, !inline);
+    // J's body returns, and J finishes (its lender may be freed) before the thief is done.
     world.run_and_finish(hj, Admission::Pool);
+    let thief_ran = thief.join().unwrap();
+    assert_eq!(half.runs.load(Ordering::Relaxed), 1, "b ran exactly once");
+    assert_eq!(thief_ran, !inline);
     let mut ran = vec![j, c1];
     if thief_ran {
         ran.push(b);
@@ -941,19 +1028,20 @@ fn join_send_back(c1_returns: bool) {
     world.check_conserved(&ran);
 }
 
-/// Model 6: a stolen join half sent back while the joiner pops. The thief cannot admit `b` (the
-/// joiner's token is lent, the pool empty) and sends it back to the joiner's thread; `b` runs
-/// exactly once, as part of J.
+/// Model 6: a claimed join half with no token is declined while its joiner tries to take it
+/// back. The thief cannot admit `b` (the joiner's token is lent, the pool empty), so it declines
+/// it and `b` stays in place; its joiner, waiting for it to settle, runs it inline, as part of
+/// J. `b` runs exactly once, and its lender is freed unadmitted.
 #[test]
-fn stolen_join_half_sent_back() {
-    model(None, || join_send_back(false));
+fn a_stolen_half_with_no_token_is_declined_and_run_by_its_joiner() {
+    model(None, || join_decline(false));
 }
 
 /// Model 6b: as model 6, with the joiner's loan returning meanwhile, so the thief may admit `b`
-/// on it and run it; either way `b` runs exactly once.
+/// on it and run it, or find no token yet and decline it; either way `b` runs exactly once.
 #[test]
-fn stolen_join_half_admitted_or_sent_back() {
-    model(None, || join_send_back(true));
+fn a_stolen_half_is_admitted_on_a_returned_loan_or_declined() {
+    model(None, || join_decline(true));
 }
 
 /// Model 7: a root on credit lends, and its next child waits for the loan or a pool token. One

@@ -1,8 +1,9 @@
-//! Plain joins' halves (named policy PlainHalvesKept): a wait of the job runs a plain `b` as part
-//! of the job, once, with its panics, try_scope links and stack rule intact. On a one-thread pool
-//! nothing ever asks for work, so past `KEPT_HALVES` (3) private halves of the current job every
-//! further `join` is plain: these tests nest 3 joins to get there. From the second adversarial
-//! review of issues 35 and 36 (all passed).
+//! A join's `b` run by a wait of its own job (`WorkerThread::run_own_half`): in place, as part
+//! of the job, once, with its panics, try_scope links and stack rule intact. From the second
+//! adversarial review of issues 35 and 36, written for plain joins (past three private halves a
+//! join kept its `b` in a list of its own then); every join keeps its `b` in its thread's split
+//! stack since issue 39, and the tests still nest 3 joins first, as they did to reach a plain
+//! join.
 
 use crate::common::{
     catch, isolated, pool, quiet_panics_starting_with, settle, spin_until, watchdog,
@@ -11,7 +12,7 @@ use crate::common::{
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 
-/// Runs `f` under 3 nested joins of the current job (so that a `join` in `f` is plain).
+/// Runs `f` under `levels` nested joins of the current job.
 fn under_kept_joins<R: Send>(levels: u32, f: impl FnOnce() -> R + Send) -> R {
     if levels == 0 {
         return f();
@@ -20,8 +21,8 @@ fn under_kept_joins<R: Send>(levels: u32, f: impl FnOnce() -> R + Send) -> R {
 }
 
 #[test]
-fn plain_b_run_by_a_wait_panics_and_the_join_reraises_it_after_a() {
-    quiet_panics_starting_with("plain-halves:");
+fn b_run_by_a_wait_panics_and_the_join_reraises_it_after_a() {
+    quiet_panics_starting_with("halves-run-by-waits:");
     watchdog(60, || {
         let (x, y) = (pool(1, 1), pool(1, 1));
         let b_ran = AtomicBool::new(false);
@@ -36,26 +37,24 @@ fn plain_b_run_by_a_wait_panics_and_the_join_reraises_it_after_a() {
                         },
                         || {
                             b_ran.store(true, SeqCst);
-                            panic!("{}", String::from("plain-halves: plain b"));
+                            panic!("{}", String::from("halves-run-by-waits: plain b"));
                         },
                     )
                 })
             })
         });
-        assert_eq!(r.err().as_deref(), Some("plain-halves: plain b"));
+        assert_eq!(r.err().as_deref(), Some("halves-run-by-waits: plain b"));
         assert!(
             a_done.load(SeqCst),
             "a did not finish before b's panic was raised"
         );
-        let [s, _] = settle([&x, &y]);
-        // The 3 kept halves were taken by the wait (promotions); b was plain (not promoted).
-        assert_eq!(s.promotions, 3, "b was not a plain half: {s:?}");
+        settle([&x, &y]);
     });
 }
 
 #[test]
-fn plain_a_panicking_after_its_b_ran_in_a_wait_wins_over_b() {
-    quiet_panics_starting_with("plain-halves:");
+fn a_panicking_after_its_b_ran_in_a_wait_wins_over_b() {
+    quiet_panics_starting_with("halves-run-by-waits:");
     watchdog(60, || {
         let (x, y) = (pool(1, 1), pool(1, 1));
         let b_ran = AtomicUsize::new(0);
@@ -65,23 +64,23 @@ fn plain_a_panicking_after_its_b_ran_in_a_wait_wins_over_b() {
                     treepool::join(
                         || {
                             y.install(|| spin_until(|| b_ran.load(SeqCst) > 0));
-                            panic!("{}", String::from("plain-halves: plain a"));
+                            panic!("{}", String::from("halves-run-by-waits: plain a"));
                         },
                         || {
                             b_ran.fetch_add(1, SeqCst);
-                            panic!("{}", String::from("plain-halves: plain b"));
+                            panic!("{}", String::from("halves-run-by-waits: plain b"));
                         },
                     )
                 })
             })
         });
-        assert_eq!(r.err().as_deref(), Some("plain-halves: plain a"));
+        assert_eq!(r.err().as_deref(), Some("halves-run-by-waits: plain a"));
         assert_eq!(b_ran.load(SeqCst), 1, "b ran {} times", b_ran.load(SeqCst));
         settle([&x, &y]);
     });
 }
 
-/// `n` nested plain joins; the innermost `a` waits (through `y`) until every `b` ran.
+/// `n` nested joins; the innermost `a` waits (through `y`) until every `b` ran.
 fn chain(y: &treepool::ThreadPool, k: usize, n: usize, runs: &[AtomicUsize]) -> usize {
     if k == n {
         y.install(|| spin_until(|| runs.iter().all(|r| r.load(SeqCst) > 0)));
@@ -98,7 +97,7 @@ fn chain(y: &treepool::ThreadPool, k: usize, n: usize, runs: &[AtomicUsize]) -> 
 }
 
 #[test]
-fn every_plain_b_of_a_chain_runs_once_when_the_innermost_a_waits_for_all() {
+fn every_b_of_a_chain_runs_once_when_the_innermost_a_waits_for_all() {
     watchdog(60, || {
         let (x, y) = (pool(1, 2), pool(1, 1));
         for n in [1, 2, 5, 40] {
@@ -119,8 +118,11 @@ fn every_plain_b_of_a_chain_runs_once_when_the_innermost_a_waits_for_all() {
     });
 }
 
+/// K, a spawned job run above J by J's wait, waits (through Y) for its own `b`: K's wait runs
+/// K's halves as part of K, and J's halves only as admitted jobs, never as part of J (J is not
+/// current): with one token (J's is lent to K) none of them runs inside K.
 #[test]
-fn a_job_run_above_by_the_joiners_wait_runs_none_of_the_joiners_plain_halves() {
+fn a_job_run_above_by_the_joiners_wait_runs_the_joiners_halves_only_admitted() {
     watchdog(60, || {
         for cap in [1, 2] {
             let (x, y) = (pool(1, cap), pool(1, 1));
@@ -152,7 +154,10 @@ fn a_job_run_above_by_the_joiners_wait_runs_none_of_the_joiners_plain_halves() {
                     )
                 })
             });
-            assert!(!wrong.load(SeqCst), "cap {cap}: J's plain b ran inside K");
+            assert!(
+                cap > 1 || !wrong.load(SeqCst),
+                "cap {cap}: J's b ran inside K with no token to admit it"
+            );
             let [s, _] = settle([&x, &y]);
             crate::common::assert_peak_bounds(&s, cap);
         }
@@ -160,7 +165,7 @@ fn a_job_run_above_by_the_joiners_wait_runs_none_of_the_joiners_plain_halves() {
 }
 
 #[test]
-fn plain_b_run_by_a_wait_in_a_fallible_body_is_not_cancelled_by_it() {
+fn b_run_by_a_wait_in_a_fallible_body_is_not_cancelled_by_it() {
     watchdog(60, || {
         let (x, y) = (pool(1, 2), pool(1, 1));
         let b_done = AtomicBool::new(false);
@@ -199,7 +204,7 @@ fn plain_b_run_by_a_wait_in_a_fallible_body_is_not_cancelled_by_it() {
 }
 
 #[test]
-fn a_stream_item_waiting_for_the_consumers_plain_b_finishes() {
+fn a_stream_item_waiting_for_the_consumers_b_finishes() {
     watchdog(60, || {
         let (x, y) = (pool(1, 1), pool(1, 1));
         let b_done = AtomicBool::new(false);
@@ -226,7 +231,7 @@ fn a_stream_item_waiting_for_the_consumers_plain_b_finishes() {
     });
 }
 
-/// Level `n` of a chain in which every plain `b` is run by its `a`'s wait and starts the next
+/// Level `n` of a chain in which every `b` is run by its `a`'s wait and starts the next
 /// level: the waits nest `n` deep on one thread.
 fn nested_waits(y: &treepool::ThreadPool, n: usize, deepest: &AtomicUsize) {
     if n == 0 {
@@ -247,7 +252,7 @@ fn nested_waits(y: &treepool::ThreadPool, n: usize, deepest: &AtomicUsize) {
 }
 
 #[test]
-fn plain_halves_run_by_waits_nest_deep_without_overflow() {
+fn halves_run_by_waits_nest_deep_without_overflow() {
     isolated!(120, || {
         watchdog(100, || {
             let x = treepool::ThreadPoolBuilder::new()

@@ -1,8 +1,14 @@
-//! Join halves that come back unrun to their joiner's thread (named policy HalfReturnsToItsJob):
-//! the joiner's job runs them in whatever wait it is in, also an ordered stream's consumer, and
-//! also with its inbox closed (a worker's drain and exit handler). Found by the adversarial
-//! review of issues 35 and 36 (both failed: the first hung, the second aborted a debug build
-//! on an assertion that a sent-back half's inbox is open).
+//! Join halves declined by their taker: a thief (or a wait on the joiner's own thread, above
+//! the joiner's job) that claims a `b` and finds no token to admit it leaves it unrun where it
+//! lies, in its joiner's split stack (`Stats::handed_back` counts it), and wakes the joiner's
+//! thread; the half's own job then runs it in place, as part of the job: any wait of the job
+//! that finds no other work, or the joiner itself once its `a` has returned. These tests check
+//! waits of two kinds that must do so: an ordered stream's consumer waiting by OwnItems, and an
+//! exit handler's waits, whose worker's inbox is closed (a worker's drain and exit handler run
+//! after `main_loop` closed it; a declined half never goes through an inbox).
+//! Both cases come from the adversarial review of issues 35 and 36, when such a half was sent
+//! back to its joiner's thread (the first hung, the second aborted a debug build on an assertion
+//! that the inbox was open); issue 39 made the half stay in place instead.
 
 use crate::common;
 use crate::common::{catch, pool, settle, spin_until, watchdog};
@@ -26,12 +32,14 @@ fn spin_for(flag: &AtomicBool, ms: u64) -> bool {
     flag.load(SeqCst)
 }
 
-/// Shape 2 (`x` waits for its own `y`), where `x` first spawns (its
-/// admission wait meets `y`, promoted at the join because A's other worker counts idle while it
-/// runs the coarse leaf C, and keeps it in `ReturnedHalves`), then waits for `y` through an
-/// ordered stream: item 1 runs in a carrier on A's other worker and waits (through B) for `y`,
-/// while the consumer waits by OwnItems, which took no returned half (a hang, 1 round in 2 to
-/// 16) before it ran the current job's own halves.
+/// Shape 2 (`x` waits for its own `y`), where `x` first spawns (the job's token is lent to the
+/// coarse leaf C and none is free, so that spawn waits for admission, with the job's halves
+/// kept: AdmittingKeepsHalves), then waits for `y` through an ordered stream: item 1 runs in a
+/// carrier on A's other worker and waits (through B) for `y`, while the consumer waits by
+/// OwnItems. `y` may be private, public (A's other worker counts idle while it runs C, so the
+/// join makes `y` public), or claimed by that worker and declined for want of a token; the
+/// consumer's OwnItems wait must run it in each case, as a half of its current job, or the item
+/// waits forever (a hang, 1 round in 2 to 16, before OwnItems ran the job's own halves).
 #[test]
 fn shape_2_whose_x_waits_for_y_through_an_ordered_stream_after_a_spawns_admission() {
     common::isolated!(120, || watchdog(60, || {
@@ -88,13 +96,16 @@ static EH_C_STARTED: AtomicBool = AtomicBool::new(false);
 static EH_HANDLER0_DONE: AtomicBool = AtomicBool::new(false);
 static EH_PANICS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
-/// A promoted half of a job run by an exit handler (its worker's inbox is closed: main_loop
-/// closes it before the drain and the handler) is taken by the other worker, in a wait of C (a
-/// child of the handler's root holding its only token), and cannot be admitted:
-/// `Inboxes::send_back` to a closed inbox, which the handler's wait still looks at (a debug
-/// assertion that the inbox was open aborted the process here).
+/// A public half of a join made by an exit handler (its worker's inbox is closed: `main_loop`
+/// closes it before the drain and the handler) is claimed by the other worker, in a wait of
+/// C (a child of the handler's root, holding its only token), which finds no token to admit it
+/// and declines it: the half stays in the handler thread's split stack, and the handler's job
+/// runs it as part of itself (a wait of the job, or the joiner once its `a` returned), with
+/// the inbox closed. When a declined half
+/// was sent back to its joiner's inbox instead, a debug assertion that the inbox was open
+/// aborted the process here.
 #[test]
-fn a_half_of_an_exit_handlers_join_sent_back_to_its_closed_inbox_runs() {
+fn a_declined_half_of_an_exit_handlers_join_runs_with_its_inbox_closed() {
     common::isolated!(120, || watchdog(60, || {
         let b = Arc::new(pool(1, 1));
         let a = treepool::ThreadPoolBuilder::new()
