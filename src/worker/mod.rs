@@ -1,8 +1,9 @@
 //! The worker layer: the pool's threads, their queues, the one wait loop, and the job types.
 //!
 //! Modules, from the bottom up (each imports only those before it, `admission` and `base`):
-//! `sleep`, `latch`, `inbox`, `fifo_lanes` (data structures a registry holds);
-//! `registry` (a pool's shared state); `thread` (a worker's own state and queues);
+//! `sleep`, `latch`, `inbox`, `fifo_lanes` (data structures a registry holds); `registry` (a
+//! pool's shared state); `half` (a join half's head, what a split stack holds); `thread` (a
+//! worker's own state and queues);
 //! `grant` (making an admitted waiter runnable); `help_first` (the throughput policies of a
 //! spawn that waits for admission); `wait` (the one wait loop and its policies); `admit` (the
 //! admission of a spawn, waiting by that loop); `job` (the job types); `routing` (fifo and
@@ -13,6 +14,7 @@ pub mod admit;
 pub mod borrowed;
 pub mod fifo_lanes;
 pub mod grant;
+pub mod half;
 pub mod help_first;
 pub mod inbox;
 pub mod job;

@@ -18,8 +18,8 @@ use crate::base::job_ref::JobRef;
 use crate::base::stack::Headroom;
 use crate::base::sync::{thread, Arc, Ordering};
 use crate::base::wake::WakeTarget;
+use crate::worker::half::{Half, HalfRun};
 use crate::worker::help_first::{CountHandoff, WaitingSpawn};
-use crate::worker::job::{Half, HalfRun};
 use crate::worker::latch::CountLatch;
 use crate::worker::registry::{admission_counter, Registry, WorkerSeed};
 use crate::worker::sleep::Sleep;
@@ -257,9 +257,9 @@ impl WorkerThread {
         }
     }
 
-    /// The worker is about to run a join's `b` inline (taken back private, or popped back): if
-    /// no private half and no job in its deque is left, that half is all the work it has, so it
-    /// counts as idle (`count_idle`) from now until the half joins. A half that joins at once
+    /// The worker is about to run a join's `b` inline (its last private half, or taken back from
+    /// the public part): if no private half and no job in its deque is left, that half is all
+    /// the work it has, so it counts as idle (`count_idle`) from now until the half joins. A half that joins at once
     /// (most of a fine-grained tree's) leaves the count again at once; one that runs long
     /// without joining (a coarse leaf) has other workers publish their halves meanwhile, so
     /// that this worker finds one when it runs dry.
