@@ -150,8 +150,8 @@ fn tree<'s>(
         for i in 0..fan {
             match rng.range(0, 5) {
                 0 => {
-                    // join inside spawn: both halves spawn (stolen/handed back while the
-                    // other half's spawn is in the help loop)
+                    // join inside spawn: both halves spawn (`b` stolen, or declined, while
+                    // the other half's spawn is in the help loop)
                     treepool::join(
                         || tree(s, depth - 1, fan, ledger, det, seed * 31 + i as u64),
                         || {

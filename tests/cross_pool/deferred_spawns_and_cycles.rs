@@ -348,8 +348,9 @@ fn credit_roots_whose_detached_children_outlive_the_call() {
 }
 
 /// Join halves of a job of X whose `a` is inside a call into Y: the X worker waiting in that
-/// call can take `b` (admitted on the joiner's loan or handed back); `b` calls into Y too, and
-/// Y's jobs call back into X. Many rounds, small caps.
+/// call can run `b` (in place, as part of the joiner's job), or another X worker can take it
+/// (admitted on the joiner's loan, or declined and run by the joiner); `b` calls into Y too,
+/// and Y's jobs call back into X. Many rounds, small caps.
 #[test]
 fn join_halves_taken_while_the_joiner_is_in_a_cross_pool_call() {
     watchdog(120, || {

@@ -1090,9 +1090,12 @@ fn shape_3_a_join_in_b_calls_back_into_a_from_both_halves() {
 #[test]
 fn shape_2_started_above_three_kept_joins_of_another_job() {
     // Shape 2's job Q, started while A's only thread waits (in a call into pool C) inside three
-    // nested joins of another job J1, which keep their `b`s. Q's `join` must keep its own `b`
-    // (a thread keeps up to three private halves *per job*): else `y` is kept nowhere, and `x`
-    // waits through B for it forever. Found by the adversarial review of the lazy join.
+    // nested joins of another job J1, whose `b`s lie in the thread's split stack, below Q's
+    // start (`WorkerThread::job_base`). Q's `join` keeps its `y` in the next slot, and the wait
+    // of Q's `x`, a call into B, runs it there, in place, as part of Q (HalfRunsAsPart: the
+    // newest half of the current job first; J1's halves are not Q's). Found by the adversarial
+    // review of the lazy join, when a thread kept at most three private halves: Q's `join`
+    // then kept `y` nowhere, and `x` waited through B for it forever.
     fn nest(depth: usize, inner: &(dyn Fn() + Sync)) {
         if depth == 0 {
             inner()
@@ -1202,8 +1205,10 @@ fn shape_2_whose_x_first_waits_for_a_spawns_admission() {
     // fifth review of issue 10; then, with the admission wait taking no private half, it hung
     // when `y` was promoted at the `join` itself (about 1 run in 16), and every run once every
     // join promoted while a worker was idle (C's worker counts as idle: C makes no `join`).
-    // Fixed: a half that comes back unrun goes to its joiner's thread, where the job's next
-    // wait runs it as part of the job (named policy HalfReturnsToItsJob).
+    // Fixed first by sending such a half back to its joiner's thread. Now (issue 39) the
+    // admission wait leaves `y` where it is, in the thread's split stack (AdmittingKeepsHalves),
+    // and a taker that claims it and finds no token declines it: it stays in place, and the
+    // job's next wait, through B, runs it as part of the job (HalfRunsAsPart).
     watchdog(60, || {
         for _ in 0..ROUNDS {
             let (a, b) = (pool(2, 1), pool(1, 1));
@@ -1253,24 +1258,25 @@ fn shape_2_inside_a_join_whose_other_half_was_stolen() {
 
 /// A join recursion `depth` levels deep whose innermost `a` waits, inside `b.install`, until its
 /// own `b` has started; returns the innermost pair.
-fn plain_join_recursion(b: &treepool::ThreadPool, depth: u32) -> (i32, i32) {
+fn join_recursion(b: &treepool::ThreadPool, depth: u32) -> (i32, i32) {
     if depth == 0 {
         return x_waits_through_b_for_y(b, || ());
     }
-    treepool::join(|| plain_join_recursion(b, depth - 1), || ()).0
+    treepool::join(|| join_recursion(b, depth - 1), || ()).0
 }
 
 #[test]
-fn plain_join_whose_a_waits_through_another_pool_for_its_b() {
-    // Past `KEPT_HALVES` private halves, with no worker asking for work, a job's joins are
-    // plain: `a` and `b` run as plain calls. An innermost `a` that waits (in another pool's
-    // `install`) for its own `b` hung on every run on a one-thread pool, and at depth 6 on two
-    // threads, where rayon-core's wait runs `b` from its deque (found as a new user would).
-    // Fixed: a plain join keeps its `b` where a wait of its job finds it (PlainHalvesKept).
+fn a_deep_join_recursion_whose_innermost_a_waits_through_another_pool_for_its_b() {
+    // Every join keeps its `b` in its thread's split stack, however deep (private while no
+    // worker is idle); the innermost `a`'s wait, a call into B, runs the job's newest half not
+    // run yet, its own `b`, in place, as part of the job (HalfRunsAsPart). Found as a new user
+    // would, when past three private halves a job's joins were plain (`a` and `b` run as plain
+    // calls, `b` kept nowhere): this hung on every run on a one-thread pool, and at depth 6 on
+    // two threads, where rayon-core's wait runs `b` from its deque.
     watchdog(60, || {
         for (threads, depth) in [(1, 3), (1, 4), (1, 6), (2, 6)] {
             let (a, b) = (pool(threads, 1), pool(1, 1));
-            let pair = a.install(|| plain_join_recursion(&b, depth));
+            let pair = a.install(|| join_recursion(&b, depth));
             assert_eq!(pair, (11, 20), "{threads} threads, depth {depth}");
             assert_idle_and_bounded(&a, 1, "A");
         }

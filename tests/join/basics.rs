@@ -1,6 +1,7 @@
 //! `join` itself: results on any thread count, from outside (the global pool), panics of either
-//! half, halves handed back to a waiting thread and halves met while their job waits to admit a
-//! spawn, and steals counted. Every test runs under a watchdog.
+//! half, a half of a job waiting for a call run on credit above the job it waits under, halves
+//! met while their job waits to admit a spawn, and steals counted. Every test runs under a
+//! watchdog.
 
 use crate::common;
 use crate::common::{catch, fib, join_until, pool, spin_until, watchdog};
@@ -103,9 +104,11 @@ fn a_half_of_a_job_waiting_for_a_call_runs_on_credit_above_the_job_it_waits_unde
 fn a_join_half_met_while_its_job_waits_to_admit_a_spawn_is_not_run_as_that_job() {
     // Pool of 2 threads, 1 token. The scope job J lends its token to D, which the other worker
     // runs for 300 ms. Then J joins: `a` spawns, and waits for a token (J's is lent, none is
-    // free); meanwhile the thread takes J's private `b`. Run as part of J there, `b`'s own
-    // spawn would be a second child of J waiting for its token, which the token table does not
-    // allow (debug builds assert it). So `b` is handed back, and J runs it after `a`.
+    // free). Run as part of J in that wait, `b`'s own spawn would be a second child of J
+    // waiting for its token, which the token table does not allow (debug builds assert it). So
+    // the admission wait leaves `b` in the thread's split stack (AdmittingKeepsHalves): J takes
+    // it back after `a` and runs it, or a thief that claims it runs it admitted, or declines it
+    // for want of a token, and J runs it after `a`.
     watchdog(60, || {
         let pool = pool(2, 1);
         let d_started = AtomicBool::new(false);

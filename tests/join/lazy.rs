@@ -1,10 +1,11 @@
-//! Lazy join (`src/worker/lazy.rs`): a `join`'s `b` stays private to its joiner's thread until an idle
-//! worker asks for work; then the joiner promotes its oldest private half at its next `join`.
-//! These tests force promotions (an `a` that joins in a loop until `b` has run elsewhere) and
-//! check that every half runs exactly once, that the panic of a promoted half is raised as any
-//! half's, and that the bounds hold. (A promoted half handed back for want of a token is in
-//! `join::basics::a_waiting_thread_hands_back_its_own_join_half_instead_of_burying_a_lender`
-//! and in the loom model `loom::join`.)
+//! Lazy join (the split stack, `src/base/half_stack.rs`): a `join`'s `b` stays private to its
+//! joiner's thread while no other worker is idle; while one is, the joiner promotes its oldest
+//! private half at its next `join` (or wait round). These tests force promotions (an `a` that
+//! joins in a loop until `b` has run elsewhere) and check that every half runs exactly once,
+//! that the panic of a promoted half is raised as any half's, and that the bounds hold. (A
+//! promoted half declined for want of a token is in `tests/cross_pool/declined_halves.rs`, in
+//! `join::split_stack_edges::shape_2_b_claimed_by_a_thief_with_no_token_while_the_joiners_token_is_lent`
+//! and in the loom models `loom::join` and `loom::tokens`.)
 
 use crate::common;
 use crate::common::{join_until, pool, watchdog};
@@ -124,13 +125,15 @@ fn a_joiner_gets_its_b_stolen_after_every_other_worker_went_to_sleep() {
 }
 
 #[test]
-fn a_plain_join_runs_b_even_when_a_panics() {
-    // Below three kept private halves a join keeps no `b` and makes two plain calls; `b` still
-    // runs when `a` panics, and the panic is raised once both ran, as for any join.
+fn a_join_nested_six_deep_runs_b_even_when_a_panics() {
+    // Six joins deep on one thread, every `b` private in the thread's split stack: the
+    // innermost `a` panics, its `b` still runs (taken back after `a`), and the panic is raised
+    // once both ran, as for any join. (Written when past three kept private halves a join kept
+    // no `b` and made two plain calls.)
     fn nest(levels: u32, b_ran: &AtomicBool) {
         if levels == 0 {
             treepool::join(
-                || panic!("a panicked in a plain join"),
+                || panic!("a panicked in a nested join"),
                 || b_ran.store(true, Ordering::SeqCst),
             );
             return;
@@ -144,7 +147,7 @@ fn a_plain_join_runs_b_even_when_a_panics() {
             pool.install(|| nest(5, &b_ran));
         }));
         let payload = caught.expect_err("join re-raises a's panic");
-        assert_eq!(common::describe(payload), "a panicked in a plain join");
+        assert_eq!(common::describe(payload), "a panicked in a nested join");
         assert!(b_ran.load(Ordering::SeqCst));
         common::settle([&pool]);
     });
