@@ -258,7 +258,10 @@ fn build(raw: RawFile) -> Result<Trace, String> {
     lanes.iter_mut().for_each(nest);
     let pools = pools(&lanes, &titles);
     let start = pools.iter().map(|p| p.start).fold(f64::INFINITY, f64::min);
-    let end = pools.iter().map(|p| p.end).fold(f64::NEG_INFINITY, f64::max);
+    let end = pools
+        .iter()
+        .map(|p| p.end)
+        .fold(f64::NEG_INFINITY, f64::max);
     let dropped = raw.other.dropped.into_iter().filter(|d| d.1 > 0).collect();
     Ok(Trace {
         names,
@@ -485,7 +488,10 @@ fn usage(lane: &Lane, pool: &Pool) -> Usage {
 }
 
 fn utilization_table(trace: &Trace, text: &mut String) {
-    let _ = writeln!(text, "\nper worker, over its pool's span (first to last event):");
+    let _ = writeln!(
+        text,
+        "\nper worker, over its pool's span (first to last event):"
+    );
     let _ = writeln!(
         text,
         "  {:<22} {:>20} {:>20} {:>20}",
@@ -574,19 +580,23 @@ fn meanwhile(trace: &Trace, gap: &Gap) -> String {
     let others = trace.lanes.iter().enumerate().filter(|l| l.0 != gap.lane);
     for (_, lane) in others {
         let first = lane.segments.partition_point(|s| s.end <= gap.start);
-        for s in lane.segments[first..].iter().take_while(|s| s.start < gap.end) {
+        for s in lane.segments[first..]
+            .iter()
+            .take_while(|s| s.start < gap.end)
+        {
             let overlap = s.end.min(gap.end) - s.start.max(gap.start);
             *time.entry(s.name).or_default() += overlap.max(0.0);
         }
     }
     let mut top: Vec<(u32, f64)> = time.into_iter().collect();
-    top.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let name = |id| trace.names.get(id);
+    top.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| name(a.0).cmp(name(b.0))));
     if top.is_empty() {
         return "nothing".into();
     }
     let names = top.iter().take(3);
     let parts: Vec<String> = names
-        .map(|&(n, t)| format!("{} ({})", short_name(trace.names.get(n)), duration(t)))
+        .map(|&(n, t)| format!("{} ({})", short_name(name(n)), duration(t)))
         .collect();
     parts.join(", ")
 }
@@ -604,7 +614,11 @@ fn admission_waits(trace: &Trace, text: &mut String) {
             longest = Some((lane, (s, e)));
         }
     }
-    let _ = write!(text, "\nadmission waits: {count}, total {}", duration(total));
+    let _ = write!(
+        text,
+        "\nadmission waits: {count}, total {}",
+        duration(total)
+    );
     match longest {
         Some((lane, (s, e))) => {
             let (label, length) = (lane.label(), duration(e - s));
@@ -764,7 +778,10 @@ impl LaneBox {
     fn row(&self, row: usize) -> (f64, f64) {
         match row {
             0 => (self.jobs_top(), TOP_ROW),
-            _ => (self.jobs_top() + TOP_ROW + (row - 1) as f64 * SUB_ROW, SUB_ROW),
+            _ => (
+                self.jobs_top() + TOP_ROW + (row - 1) as f64 * SUB_ROW,
+                SUB_ROW,
+            ),
         }
     }
 }
@@ -812,7 +829,11 @@ fn page(trace: &Trace, summary: &Summary, width: f64, path: &Path) -> String {
         html.push_str("<p class=\"warn\">The recorder dropped events (see the summary): some timelines miss their oldest part.</p>\n");
     }
     html.push_str(&svg(trace, width));
-    let _ = write!(html, "\n<pre>{}</pre>\n</body></html>\n", escape(&summary.text));
+    let _ = write!(
+        html,
+        "\n<pre>{}</pre>\n</body></html>\n",
+        escape(&summary.text)
+    );
     html
 }
 
@@ -994,13 +1015,15 @@ fn lane(s: &mut String, trace: &Trace, pool: &Pool, i: usize, l: &Layout) {
         b.jobs_top() + TOP_ROW / 2.0 + 4.0,
         lane.label()
     );
+    // Idle time and sleep share the top row with the top-level runs: that row reads as the
+    // worker's state, the rows below only as what nests.
     for p in pieces(&lane_gaps(lane, pool), sc) {
         let title = format!("idle{}", piece_note(&p, sc));
-        rect(s, p.x0, p.x1, b.jobs_top(), b.jobs_h(), "idle", &title, 1.0);
+        rect(s, p.x0, p.x1, b.jobs_top(), TOP_ROW, "idle", &title, 1.0);
     }
     for p in pieces(&lane.sleeps, sc) {
         let title = format!("asleep{}", piece_note(&p, sc));
-        rect(s, p.x0, p.x1, b.jobs_top(), b.jobs_h(), "sleep", &title, 1.0);
+        rect(s, p.x0, p.x1, b.jobs_top(), TOP_ROW, "sleep", &title, 1.0);
     }
     for row in 0..b.rows {
         job_row(s, trace, lane, row, b, sc);
@@ -1008,7 +1031,16 @@ fn lane(s: &mut String, trace: &Trace, pool: &Pool, i: usize, l: &Layout) {
     let adm_top = b.jobs_top() + b.jobs_h();
     for p in pieces(&lane.admissions, sc) {
         let title = format!("admission wait{}", piece_note(&p, sc));
-        rect(s, p.x0, p.x1, adm_top + 0.5, ADM_BAND - 1.0, "adm", &title, 1.0);
+        rect(
+            s,
+            p.x0,
+            p.x1,
+            adm_top + 0.5,
+            ADM_BAND - 1.0,
+            "adm",
+            &title,
+            1.0,
+        );
     }
     marks(s, lane, b, sc);
     s.push_str("</g>\n");
@@ -1039,9 +1071,23 @@ fn job_row(s: &mut String, trace: &Trace, lane: &Lane, row: usize, b: &LaneBox, 
             [job] => job_title(trace, job),
             _ => merged_title(trace, held, &p, sc),
         };
-        rect(s, p.x0, p.x1, y + 0.5, h - 1.0, class, &title, p.opacity(sc));
+        rect(
+            s,
+            p.x0,
+            p.x1,
+            y + 0.5,
+            h - 1.0,
+            class,
+            &title,
+            p.opacity(sc),
+        );
         if held.len() == 1 && row == 0 && p.x1 - p.x0 > 40.0 {
-            label(s, &short_name(trace.names.get(lead.name)), &p, y + h / 2.0 + 3.5);
+            label(
+                s,
+                &short_name(trace.names.get(lead.name)),
+                &p,
+                y + h / 2.0 + 3.5,
+            );
         }
     }
 }
@@ -1134,7 +1180,13 @@ fn chart(s: &mut String, trace: &Trace, l: &Layout) {
     let cols = (sc.x1 - sc.x0).ceil() as usize + 1;
     let busy = column_peaks(steps(trace, |j| j.depth == 0), sc, cols);
     let flight = column_peaks(steps(trace, |_| true), sc, cols);
-    let top = flight.iter().chain(&busy).copied().max().unwrap_or(0).max(1);
+    let top = flight
+        .iter()
+        .chain(&busy)
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(1);
     let y = |v: u32| l.chart_top + CHART - CHART * v as f64 / top as f64;
     let _ = writeln!(
         s,
