@@ -84,6 +84,7 @@ fn run(args: &Args) -> Result<(), String> {
 // The file, as serde reads it: only the fields the contract names; serde skips the others.
 
 #[derive(Deserialize)]
+#[serde(expecting = "an object with a \"traceEvents\" array")]
 struct RawFile {
     #[serde(rename = "traceEvents")]
     events: Vec<RawEvent>,
@@ -602,27 +603,21 @@ fn meanwhile(trace: &Trace, gap: &Gap) -> String {
 }
 
 fn admission_waits(trace: &Trace, text: &mut String) {
-    let waits = trace
+    let waits: Vec<(&Lane, f64, f64)> = trace
         .lanes
         .iter()
-        .flat_map(|l| l.admissions.iter().map(move |w| (l, w)));
-    let (mut count, mut total, mut longest) = (0, 0.0, None::<(&Lane, (f64, f64))>);
-    for (lane, &(s, e)) in waits {
-        count += 1;
-        total += e - s;
-        if longest.is_none_or(|(_, (ls, le))| e - s > le - ls) {
-            longest = Some((lane, (s, e)));
-        }
-    }
-    let _ = write!(
-        text,
-        "\nadmission waits: {count}, total {}",
-        duration(total)
-    );
-    match longest {
-        Some((lane, (s, e))) => {
+        .flat_map(|l| l.admissions.iter().map(move |&(s, e)| (l, s, e)))
+        .collect();
+    let total: f64 = waits.iter().map(|w| w.2 - w.1).sum();
+    let (count, total) = (waits.len(), duration(total));
+    let _ = write!(text, "\nadmission waits: {count}, total {total}");
+    match waits
+        .iter()
+        .max_by(|a, b| (a.2 - a.1).total_cmp(&(b.2 - b.1)))
+    {
+        Some((lane, s, e)) => {
             let (label, length) = (lane.label(), duration(e - s));
-            let _ = writeln!(text, ", longest {length} ({label} at {})", duration(s));
+            let _ = writeln!(text, ", longest {length} ({label} at {})", duration(*s));
         }
         None => text.push('\n'),
     }
@@ -662,7 +657,8 @@ fn dropped(trace: &Trace, text: &mut String) {
 /// A duration or time in microseconds, in the unit that suits its size.
 fn duration(us: f64) -> String {
     let a = us.abs();
-    if a == 0.0 {
+    if a < 5e-4 {
+        // Below the file's nanosecond precision: a difference of sums, rounding.
         "0 µs".into()
     } else if a < 1.0 {
         format!("{:.0} ns", us * 1e3)
@@ -990,21 +986,25 @@ impl Piece {
     }
 }
 
-/// A rectangle at least a pixel wide, with an optional opacity and a tooltip.
-fn rect(s: &mut String, x0: f64, x1: f64, y: f64, h: f64, class: &str, title: &str, op: f64) {
+/// A piece's rectangle, at least a pixel wide, from `y` down `h` pixels, paler for a merged
+/// piece the less of it its intervals cover, with a tooltip.
+fn rect(s: &mut String, p: &Piece, sc: &Scale, (y, h): (f64, f64), class: &str, title: &str) {
+    let (x0, op) = (p.x0, p.opacity(sc));
+    // A hairline of background between wide neighbours, so back-to-back runs of one kind read
+    // as several runs.
+    let width = if p.x1 - x0 > 3.0 {
+        p.x1 - x0 - 0.6
+    } else {
+        (p.x1 - x0).max(1.0)
+    };
     let _ = write!(
         s,
-        "<rect x=\"{x0:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{h:.1}\" class=\"{class}\"",
-        (x1 - x0).max(1.0)
+        "<rect x=\"{x0:.1}\" y=\"{y:.1}\" width=\"{width:.1}\" height=\"{h:.1}\" class=\"{class}\"",
     );
     if op < 0.99 {
         let _ = write!(s, " fill-opacity=\"{op:.2}\"");
     }
-    if title.is_empty() {
-        s.push_str("/>\n");
-    } else {
-        let _ = writeln!(s, "><title>{}</title></rect>", escape(title));
-    }
+    let _ = writeln!(s, "><title>{}</title></rect>", escape(title));
 }
 
 fn lane(s: &mut String, trace: &Trace, pool: &Pool, i: usize, l: &Layout) {
@@ -1019,11 +1019,11 @@ fn lane(s: &mut String, trace: &Trace, pool: &Pool, i: usize, l: &Layout) {
     // worker's state, the rows below only as what nests.
     for p in pieces(&lane_gaps(lane, pool), sc) {
         let title = format!("idle{}", piece_note(&p, sc));
-        rect(s, p.x0, p.x1, b.jobs_top(), TOP_ROW, "idle", &title, 1.0);
+        rect(s, &p, sc, (b.jobs_top(), TOP_ROW), "idle", &title);
     }
     for p in pieces(&lane.sleeps, sc) {
         let title = format!("asleep{}", piece_note(&p, sc));
-        rect(s, p.x0, p.x1, b.jobs_top(), TOP_ROW, "sleep", &title, 1.0);
+        rect(s, &p, sc, (b.jobs_top(), TOP_ROW), "sleep", &title);
     }
     for row in 0..b.rows {
         job_row(s, trace, lane, row, b, sc);
@@ -1031,16 +1031,7 @@ fn lane(s: &mut String, trace: &Trace, pool: &Pool, i: usize, l: &Layout) {
     let adm_top = b.jobs_top() + b.jobs_h();
     for p in pieces(&lane.admissions, sc) {
         let title = format!("admission wait{}", piece_note(&p, sc));
-        rect(
-            s,
-            p.x0,
-            p.x1,
-            adm_top + 0.5,
-            ADM_BAND - 1.0,
-            "adm",
-            &title,
-            1.0,
-        );
+        rect(s, &p, sc, (adm_top + 0.5, ADM_BAND - 1.0), "adm", &title);
     }
     marks(s, lane, b, sc);
     s.push_str("</g>\n");
@@ -1071,16 +1062,7 @@ fn job_row(s: &mut String, trace: &Trace, lane: &Lane, row: usize, b: &LaneBox, 
             [job] => job_title(trace, job),
             _ => merged_title(trace, held, &p, sc),
         };
-        rect(
-            s,
-            p.x0,
-            p.x1,
-            y + 0.5,
-            h - 1.0,
-            class,
-            &title,
-            p.opacity(sc),
-        );
+        rect(s, &p, sc, (y + 0.5, h - 1.0), class, &title);
         if held.len() == 1 && row == 0 && p.x1 - p.x0 > 40.0 {
             label(
                 s,
