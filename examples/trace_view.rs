@@ -1160,30 +1160,27 @@ fn marks(s: &mut String, lane: &Lane, b: &LaneBox, sc: &Scale) {
 fn chart(s: &mut String, trace: &Trace, l: &Layout) {
     let sc = &l.scale;
     let cols = (sc.x1 - sc.x0).ceil() as usize + 1;
-    let busy = column_peaks(steps(trace, |j| j.depth == 0), sc, cols);
-    let flight = column_peaks(steps(trace, |_| true), sc, cols);
-    let top = flight
-        .iter()
-        .chain(&busy)
-        .copied()
-        .max()
-        .unwrap_or(0)
-        .max(1);
-    let y = |v: u32| l.chart_top + CHART - CHART * v as f64 / top as f64;
+    let busy = column_means(steps(trace, |j| j.depth == 0), sc, cols);
+    let flight = column_means(steps(trace, |_| true), sc, cols);
+    let high = flight.iter().chain(&busy).fold(1.0f64, |a, &b| a.max(b));
+    let top = high.ceil() as u32;
+    let y = |v: f64| l.chart_top + CHART - CHART * v / top as f64;
     let _ = writeln!(
         s,
         "<text x=\"4\" y=\"{:.1}\" font-weight=\"600\">jobs running</text>\
          <text x=\"4\" y=\"{:.1}\" class=\"axis\">— workers busy</text>\
-         <text x=\"4\" y=\"{:.1}\" class=\"axis\" style=\"fill:#e66100\">- - started, unfinished</text>",
+         <text x=\"4\" y=\"{:.1}\" class=\"axis\" style=\"fill:#e66100\">- - started, unfinished</text>\
+         <text x=\"4\" y=\"{:.1}\" class=\"axis\">(mean over each pixel)</text>",
         l.chart_top + 10.0,
         l.chart_top + 26.0,
-        l.chart_top + 40.0
+        l.chart_top + 40.0,
+        l.chart_top + 54.0
     );
     for v in (0..=top).step_by((top as usize).div_ceil(5).max(1)) {
         let _ = writeln!(
             s,
             "<line x1=\"{:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" class=\"grid\"/><text x=\"{:.1}\" y=\"{:.1}\" class=\"axis\" text-anchor=\"end\">{v}</text>",
-            sc.x0, y(v), sc.x1, y(v), sc.x0 - 4.0, y(v) + 3.0
+            sc.x0, y(v as f64), sc.x1, y(v as f64), sc.x0 - 4.0, y(v as f64) + 3.0
         );
     }
     step_path(s, &flight, sc.x0, &y, "flight");
@@ -1202,36 +1199,44 @@ fn steps(trace: &Trace, pick: impl Fn(&Job) -> bool) -> Vec<(f64, i32)> {
     steps
 }
 
-/// The highest level a step function reaches in each pixel column: at most one point a column
-/// however many runs the trace holds.
-fn column_peaks(steps: Vec<(f64, i32)>, sc: &Scale, cols: usize) -> Vec<u32> {
-    let mut peaks = vec![0u32; cols];
-    let (mut level, mut next) = (0i64, steps.iter().peekable());
-    for (col, peak) in peaks.iter_mut().enumerate() {
-        let mut high = level;
-        while let Some(&&(t, d)) = next.peek() {
-            if sc.x(t) - sc.x0 >= col as f64 + 1.0 {
-                break;
-            }
-            level += d as i64;
-            high = high.max(level);
-            next.next();
-        }
-        *peak = high.max(0) as u32;
+/// The mean level of a step function over each pixel column: one point a column however many
+/// runs the trace holds. The mean, not the peak: a column of a dense trace holds hundreds of
+/// runs, and its peak would show every worker busy through idle time.
+fn column_means(steps: Vec<(f64, i32)>, sc: &Scale, cols: usize) -> Vec<f64> {
+    let mut area = vec![0.0; cols];
+    let (mut level, mut at) = (0i64, sc.x0);
+    for (t, d) in steps.into_iter().chain([(sc.t1, 0)]) {
+        let x = sc.x(t);
+        spread(&mut area, level as f64, at - sc.x0, x - sc.x0);
+        (level, at) = (level + d as i64, x);
     }
-    peaks
+    area
 }
 
-fn step_path(s: &mut String, peaks: &[u32], x0: f64, y: &impl Fn(u32) -> f64, class: &str) {
-    let mut d = format!("M{x0:.0} {:.1}", y(0));
-    let mut last = 0;
-    for (col, &v) in peaks.iter().enumerate() {
-        if v != last {
+/// Adds `level` over the pixel span `from..to` (relative to the plot's left) to each column's
+/// mean, in proportion to the part of the column it covers.
+fn spread(area: &mut [f64], level: f64, from: f64, to: f64) {
+    if level == 0.0 || to <= from {
+        return;
+    }
+    let first = from.floor() as usize;
+    let columns = area.iter_mut().enumerate().skip(first);
+    for (col, sum) in columns.take_while(|(col, _)| (*col as f64) < to) {
+        let c = col as f64;
+        *sum += level * (to.min(c + 1.0) - from.max(c)).max(0.0);
+    }
+}
+
+fn step_path(s: &mut String, means: &[f64], x0: f64, y: &impl Fn(f64) -> f64, class: &str) {
+    let mut d = format!("M{x0:.0} {:.1}", y(0.0));
+    let mut last = 0.0;
+    for (col, &v) in means.iter().enumerate() {
+        if (v - last).abs() > 1e-3 {
             let _ = write!(d, "H{:.0}V{:.1}", x0 + col as f64, y(v));
             last = v;
         }
     }
-    let _ = write!(d, "H{:.0}", x0 + peaks.len() as f64);
+    let _ = write!(d, "H{:.0}", x0 + means.len() as f64);
     let _ = writeln!(s, "<path d=\"{d}\" class=\"{class}\"/>");
 }
 
