@@ -43,6 +43,7 @@ use serde::Deserialize;
     name = "trace_view",
     about = "Draws a treepool trace (TREEPOOL_TRACE) as an HTML page and summarizes it"
 )]
+/// The command line.
 struct Args {
     /// The trace file, as the recorder wrote it.
     trace: PathBuf,
@@ -54,6 +55,7 @@ struct Args {
     width: u32,
 }
 
+/// Runs the command: status 1 and a one-line error on failure (clap exits 2 on bad arguments).
 fn main() -> ExitCode {
     let args = Args::parse();
     match run(&args) {
@@ -131,6 +133,7 @@ struct Names {
 }
 
 impl Names {
+    /// The id of `s`, added if new.
     fn id(&mut self, s: &str) -> u32 {
         if let Some(&id) = self.index.get(s) {
             return id;
@@ -141,6 +144,7 @@ impl Names {
         id
     }
 
+    /// The string of an id.
     fn get(&self, id: u32) -> &str {
         &self.all[id as usize]
     }
@@ -173,6 +177,7 @@ enum Mark {
     Wake,
 }
 
+/// Each instant with its `cat` in the file and its plural in the summary.
 const MARKS: [(Mark, &str, &str); 4] = [
     (Mark::Steal, "steal", "steals"),
     (Mark::Promote, "promote", "promotions"),
@@ -197,6 +202,7 @@ struct Lane {
 }
 
 impl Lane {
+    /// "pool 1 · worker 0": how the page and the summary name a worker.
     fn label(&self) -> String {
         format!("pool {} · worker {}", self.pid, self.tid)
     }
@@ -221,6 +227,7 @@ struct Pool {
     end: f64,
 }
 
+/// A whole trace file, sorted into pools and lanes.
 struct Trace {
     names: Names,
     lanes: Vec<Lane>,
@@ -443,6 +450,7 @@ struct Gap {
     end: f64,
 }
 
+/// The summary's text.
 struct Summary {
     text: String,
 }
@@ -475,6 +483,7 @@ fn summarize(trace: &Trace) -> Summary {
     Summary { text }
 }
 
+/// A worker's running, asleep and idle time over its pool's span.
 fn usage(lane: &Lane, pool: &Pool) -> Usage {
     let covered = |v: &[(f64, f64)]| v.iter().map(|(s, e)| e - s).sum::<f64>();
     let running: f64 = lane.segments.iter().map(|s| s.end - s.start).sum();
@@ -488,6 +497,7 @@ fn usage(lane: &Lane, pool: &Pool) -> Usage {
     }
 }
 
+/// The table of each worker's usage, pool by pool.
 fn utilization_table(trace: &Trace, text: &mut String) {
     let _ = writeln!(
         text,
@@ -521,6 +531,7 @@ fn utilization_table(trace: &Trace, text: &mut String) {
     }
 }
 
+/// `part` as a percentage of `whole` (0 for an empty whole).
 fn percent(part: f64, whole: f64) -> f64 {
     if whole > 0.0 {
         100.0 * part / whole
@@ -555,6 +566,7 @@ fn gaps(trace: &Trace) -> Vec<Gap> {
     gaps
 }
 
+/// The five longest idle gaps and what ran meanwhile.
 fn idle_gaps(trace: &Trace, text: &mut String) {
     let _ = writeln!(text, "\nlongest idle gaps (neither running nor asleep):");
     let gaps = gaps(trace);
@@ -602,6 +614,7 @@ fn meanwhile(trace: &Trace, gap: &Gap) -> String {
     parts.join(", ")
 }
 
+/// Count, total and longest of the admission waits.
 fn admission_waits(trace: &Trace, text: &mut String) {
     let waits: Vec<(&Lane, f64, f64)> = trace
         .lanes
@@ -623,6 +636,7 @@ fn admission_waits(trace: &Trace, text: &mut String) {
     }
 }
 
+/// How many steals, promotions, grants and wakes the trace holds.
 fn instant_counts(trace: &Trace, text: &mut String) {
     let all = trace.lanes.iter().flat_map(|l| l.marks.iter());
     let mut counts = [0usize; MARKS.len()];
@@ -637,6 +651,7 @@ fn instant_counts(trace: &Trace, text: &mut String) {
     let _ = writeln!(text, "instants: {}", parts.join(", "));
 }
 
+/// The events the recorder's rings overwrote, if any.
 fn dropped(trace: &Trace, text: &mut String) {
     if trace.dropped.is_empty() {
         return;
@@ -710,6 +725,7 @@ struct Scale {
 }
 
 impl Scale {
+    /// The x coordinate of time `t`.
     fn x(&self, t: f64) -> f64 {
         self.x0 + (t - self.t0) / (self.t1 - self.t0) * (self.x1 - self.x0)
     }
@@ -735,37 +751,52 @@ svg .axis{fill:#555;font-size:10px}
 /// The kinds the contract names, in legend order.
 const KINDS: [&str; 5] = ["join", "scope_spawn", "spawn", "install", "broadcast"];
 
-/// Heights, in pixels.
-const TOP_ROW: f64 = 16.0; // top-level runs, tall enough for a label
-const SUB_ROW: f64 = 7.0; // each nesting level below
-const MAX_ROWS: usize = 8; // deeper runs share the last row
+/// Row of top-level runs, in pixels: tall enough for a label.
+const TOP_ROW: f64 = 16.0;
+/// Row of each nesting level below it.
+const SUB_ROW: f64 = 7.0;
+/// Rows a lane has at most: deeper runs share the last.
+const MAX_ROWS: usize = 8;
+/// Band of instant ticks above a lane's runs.
 const MARK_BAND: f64 = 6.0;
+/// Band of admission waits below them.
 const ADM_BAND: f64 = 4.0;
+/// Space between lanes.
 const LANE_GAP: f64 = 5.0;
+/// A pool's heading.
 const POOL_HEAD: f64 = 20.0;
+/// Height of the jobs-running chart.
 const CHART: f64 = 130.0;
+/// Width of the column of lane labels.
 const LABEL_W: f64 = 150.0;
 
-/// Where each lane lies.
+/// Where each part of the picture lies.
 struct Layout {
     scale: Scale,
+    /// One a lane, in the trace's order.
     lanes: Vec<LaneBox>,
+    /// The top of each pool's heading.
     pools: Vec<f64>,
+    /// The top of the time axis's labels.
     axis_top: f64,
     chart_top: f64,
+    /// Of the whole picture.
     height: f64,
 }
 
+/// A lane's place: its top and its rows of runs.
 struct LaneBox {
     top: f64,
     rows: usize,
 }
 
 impl LaneBox {
+    /// The top of its first row of runs, under the band of instants.
     fn jobs_top(&self) -> f64 {
         self.top + MARK_BAND
     }
 
+    /// The height of its rows of runs.
     fn jobs_h(&self) -> f64 {
         TOP_ROW + (self.rows - 1) as f64 * SUB_ROW
     }
@@ -782,6 +813,7 @@ impl LaneBox {
     }
 }
 
+/// Places the pools, lanes and chart of a picture `width` pixels wide.
 fn layout(trace: &Trace, width: f64) -> Layout {
     let span = (trace.end - trace.start).max(1e-3);
     let scale = Scale {
@@ -833,6 +865,7 @@ fn page(trace: &Trace, summary: &Summary, width: f64, path: &Path) -> String {
     html
 }
 
+/// The picture: legend, axis, pools and their lanes, chart.
 fn svg(trace: &Trace, width: f64) -> String {
     let l = layout(trace, width);
     let mut s = format!(
@@ -858,6 +891,7 @@ fn svg(trace: &Trace, width: f64) -> String {
     s
 }
 
+/// A swatch per kind and state, a tick per instant, and how to read merged runs.
 fn legend(s: &mut String) {
     let mut x = 4.0;
     let mut item = |s: &mut String, class: &str, label: &str| {
@@ -889,6 +923,7 @@ fn legend(s: &mut String) {
     );
 }
 
+/// The CSS class of an instant's tick.
 fn mark_class(mark: Mark) -> &'static str {
     ["m-steal", "m-promote", "m-grant", "m-wake"][mark as usize]
 }
@@ -1007,6 +1042,7 @@ fn rect(s: &mut String, p: &Piece, sc: &Scale, (y, h): (f64, f64), class: &str, 
     let _ = writeln!(s, "><title>{}</title></rect>", escape(title));
 }
 
+/// One worker's lane: label, idle time, sleep, runs row by row, admission waits, instants.
 fn lane(s: &mut String, trace: &Trace, pool: &Pool, i: usize, l: &Layout) {
     let (lane, b, sc) = (&trace.lanes[i], &l.lanes[i], &l.scale);
     let _ = writeln!(
@@ -1081,6 +1117,7 @@ fn leading<'a>(jobs: &[&'a Job]) -> &'a Job {
         .expect("a piece holds a run")
 }
 
+/// The CSS class that colours a run of kind `kind` (grey for kinds the contract does not name).
 fn kind_class(kind: &str) -> &'static str {
     match kind {
         "join" => "k-join",
@@ -1092,6 +1129,7 @@ fn kind_class(kind: &str) -> &'static str {
     }
 }
 
+/// The tooltip of one run: full type name, kind, how, duration, when, depth.
 fn job_title(trace: &Trace, job: &Job) -> String {
     let n = |id| trace.names.get(id);
     format!(
@@ -1106,6 +1144,7 @@ fn job_title(trace: &Trace, job: &Job) -> String {
     )
 }
 
+/// The tooltip of merged runs: how many, the time they cover, the longest of them.
 fn merged_title(trace: &Trace, jobs: &[&Job], p: &Piece, sc: &Scale) -> String {
     let lead = leading(jobs);
     format!(
@@ -1227,6 +1266,7 @@ fn spread(area: &mut [f64], level: f64, from: f64, to: f64) {
     }
 }
 
+/// A step line through one value a pixel column.
 fn step_path(s: &mut String, means: &[f64], x0: f64, y: &impl Fn(f64) -> f64, class: &str) {
     let mut d = format!("M{x0:.0} {:.1}", y(0.0));
     let mut last = 0.0;

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
+/// The example's binary, built once per test process.
 fn trace_view_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| common::build_example("trace_view"))
@@ -51,6 +52,7 @@ fn run_on(input: &Path) -> Run {
 }
 
 impl Run {
+    /// Asserts that the example exited with status 0, showing its output otherwise.
     fn assert_success(&self) {
         assert_eq!(
             self.code,
