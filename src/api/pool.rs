@@ -177,6 +177,13 @@ impl Drop for ThreadPool {
     fn drop(&mut self) {
         self.registry.terminate();
         borrowed::release();
+        if let Some(trace) = self.registry.trace() {
+            // A traced pool's file is complete when its drop returns, where waiting for the
+            // workers cannot deadlock: on a thread that runs no pool's jobs.
+            if WorkerThread::current().is_none() && borrowed::index().is_none() {
+                trace.dropped();
+            }
+        }
     }
 }
 

@@ -63,6 +63,7 @@ impl Registry {
         // AnyAdmitted with AdmittingKeepsHalves (`while_admitting`); on a thread outside every
         // pool, Park; on a worker of another pool, no wait at all (CrossingSpawnQueued, in
         // `register_waiter`).
+        let since = own.map_or(0, WorkerThread::trace_since);
         match own {
             Some(worker) => worker.bump(Counter::AdmissionWaits),
             None => self
@@ -85,6 +86,7 @@ impl Registry {
                             // SAFETY: the caller's contract.
                             unsafe { count_in(scope) };
                         }
+                        worker.trace_admission_wait(since, lender);
                         worker.push(job);
                         return;
                     }
@@ -103,7 +105,7 @@ impl Registry {
         };
         // Admitted on the spot, or queued from another pool's worker: nothing to wait for.
         if let Some(lender) = registered {
-            self.await_grant(here, lender);
+            self.await_grant(here, lender, since);
         }
     }
 
@@ -111,11 +113,15 @@ impl Registry {
     /// settles the registration. Out of line, as `register_waiter` is: a spawn that waits in
     /// the help-first loop runs jobs from `admit`'s frame, which deep trees nest once per level,
     /// so what only this rare path needs must not make that frame bigger.
+    /// `since`: when the admission began to wait, for its trace.
     #[inline(never)]
-    fn await_grant(&self, here: Option<&WorkerThread>, lender: LenderRef) {
+    fn await_grant(&self, here: Option<&WorkerThread>, lender: LenderRef, since: u64) {
         let wait = || wait_on(here, || lender.admission().is_some());
         match self.own(here) {
-            Some(worker) => worker.while_admitting(wait),
+            Some(worker) => {
+                worker.while_admitting(wait);
+                worker.trace_admission_wait(since, LenderRef::as_ptr(&lender));
+            }
             None => wait(),
         }
         if let Some(child) = self.tokens.settle(&lender) {
