@@ -228,7 +228,8 @@ impl HalfOwner {
     #[inline(always)]
     fn push_below(&self, half: *const (), capacity: usize) -> Option<usize> {
         let slot = self.top.get();
-        if slot == capacity {
+        // `>=`, not `==`: after `push_out_of_line` the bound is 0 below a kept half.
+        if slot >= capacity {
             return None;
         }
         // SAFETY: `slot < capacity <= stack.slots.len()`, in the slots that `stack`, held here,

@@ -383,7 +383,7 @@ fn render_event(out: &mut String, pid: u32, tid: usize, event: &Event) {
         } => {
             let (user, broadcast) = user_name(name);
             let cat = match kind {
-                _ if broadcast => "broadcast",
+                Kind::ScopeSpawn | Kind::Spawn if broadcast => "broadcast",
                 Kind::Join => "join",
                 Kind::ScopeSpawn => "scope_spawn",
                 Kind::Spawn => "spawn",

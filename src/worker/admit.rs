@@ -63,7 +63,6 @@ impl Registry {
         // AnyAdmitted with AdmittingKeepsHalves (`while_admitting`); on a thread outside every
         // pool, Park; on a worker of another pool, no wait at all (CrossingSpawnQueued, in
         // `register_waiter`).
-        let since = own.map_or(0, WorkerThread::trace_since);
         match own {
             Some(worker) => worker.bump(Counter::AdmissionWaits),
             None => self
@@ -86,7 +85,6 @@ impl Registry {
                             // SAFETY: the caller's contract.
                             unsafe { count_in(scope) };
                         }
-                        worker.trace_admission_wait(since, lender);
                         worker.push(job);
                         return;
                     }
@@ -105,7 +103,7 @@ impl Registry {
         };
         // Admitted on the spot, or queued from another pool's worker: nothing to wait for.
         if let Some(lender) = registered {
-            self.await_grant(here, lender, since);
+            self.await_grant(here, lender);
         }
     }
 
@@ -113,12 +111,14 @@ impl Registry {
     /// settles the registration. Out of line, as `register_waiter` is: a spawn that waits in
     /// the help-first loop runs jobs from `admit`'s frame, which deep trees nest once per level,
     /// so what only this rare path needs must not make that frame bigger.
-    /// `since`: when the admission began to wait, for its trace.
+    /// A worker's wait here is what its trace shows as the spawn's admission wait (the
+    /// help-first loop before it runs jobs of its own deque, which the trace shows anyway).
     #[inline(never)]
-    fn await_grant(&self, here: Option<&WorkerThread>, lender: LenderRef, since: u64) {
+    fn await_grant(&self, here: Option<&WorkerThread>, lender: LenderRef) {
         let wait = || wait_on(here, || lender.admission().is_some());
         match self.own(here) {
             Some(worker) => {
+                let since = worker.trace_since();
                 worker.while_admitting(wait);
                 worker.trace_admission_wait(since, LenderRef::as_ptr(&lender));
             }
