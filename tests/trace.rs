@@ -54,7 +54,9 @@ fn read_trace(path: &Path) -> Value {
                     "process_name" => *pools.entry(e["pid"].as_u64()).or_insert(0) += 1,
                     "thread_name" => {
                         assert_eq!(name, format!("worker {}", e["tid"]));
-                        *threads.entry((e["pid"].as_u64(), e["tid"].as_u64())).or_insert(0) += 1
+                        *threads
+                            .entry((e["pid"].as_u64(), e["tid"].as_u64()))
+                            .or_insert(0) += 1
                     }
                     other => panic!("unknown metadata {other}"),
                 }
@@ -72,8 +74,14 @@ fn read_trace(path: &Path) -> Value {
             other => panic!("unknown ph {other}"),
         }
     }
-    assert!(pools.values().all(|&n| n == 1), "one process_name a pool: {pools:?}");
-    assert!(threads.values().all(|&n| n == 1), "one thread_name a worker");
+    assert!(
+        pools.values().all(|&n| n == 1),
+        "one process_name a pool: {pools:?}"
+    );
+    assert!(
+        threads.values().all(|&n| n == 1),
+        "one thread_name a worker"
+    );
     for (pid, _) in threads.keys() {
         assert!(pools.contains_key(pid), "a thread of a named pool");
     }
@@ -103,13 +111,21 @@ fn check_nesting(trace: &Value) {
     let jobs = jobs(trace);
     let mut by_id = HashMap::new();
     for j in &jobs {
-        assert!(by_id.insert(j["args"]["id"].as_u64().unwrap(), *j).is_none(), "unique ids");
+        assert!(
+            by_id
+                .insert(j["args"]["id"].as_u64().unwrap(), *j)
+                .is_none(),
+            "unique ids"
+        );
     }
     let span = |j: &Value| (ns(&j["ts"]), ns(&j["ts"]) + ns(&j["dur"]));
     for j in &jobs {
         if let Some(parent) = j["args"]["parent"].as_u64() {
             let p = by_id[&parent];
-            assert_eq!((p["pid"].clone(), p["tid"].clone()), (j["pid"].clone(), j["tid"].clone()));
+            assert_eq!(
+                (p["pid"].clone(), p["tid"].clone()),
+                (j["pid"].clone(), j["tid"].clone())
+            );
             let ((ps, pe), (s, e)) = (span(p), span(j));
             assert!(ps <= s && e <= pe, "the parent encloses the job: {p} / {j}");
         }
@@ -128,7 +144,10 @@ fn check_nesting(trace: &Value) {
                 open.pop();
             }
             if let Some(&end) = open.last() {
-                assert!(e <= end, "spans on one thread nest: ({s}, {e}) crosses the end {end}");
+                assert!(
+                    e <= end,
+                    "spans on one thread nest: ({s}, {e}) crosses the end {end}"
+                );
             }
             open.push(e);
         }
@@ -160,10 +179,19 @@ fn join_tree_each_b_once_nested() {
         drop(pool);
         let trace = read_trace(&path);
         assert_eq!(count(&trace, "join", "trace::join_tree::{{closure}}"), 1023);
-        let install = jobs(&trace).into_iter().filter(|j| j["cat"] == "install").count();
+        let install = jobs(&trace)
+            .into_iter()
+            .filter(|j| j["cat"] == "install")
+            .count();
         assert_eq!(install, 1);
-        let hows: Vec<_> = jobs(&trace).iter().map(|j| j["args"]["how"].clone()).collect();
-        assert!(hows.contains(&Value::from("inline")), "b taken back is recorded inline");
+        let hows: Vec<_> = jobs(&trace)
+            .iter()
+            .map(|j| j["args"]["how"].clone())
+            .collect();
+        assert!(
+            hows.contains(&Value::from("inline")),
+            "b taken back is recorded inline"
+        );
         check_nesting(&trace);
     });
 }
@@ -187,7 +215,10 @@ fn scope_spawn_tree_each_job_once() {
         assert_eq!(ran.into_inner(), 511);
         drop(pool);
         let trace = read_trace(&path);
-        assert_eq!(count(&trace, "scope_spawn", "trace::spawn_tree::{{closure}}"), 510);
+        assert_eq!(
+            count(&trace, "scope_spawn", "trace::spawn_tree::{{closure}}"),
+            510
+        );
         check_nesting(&trace);
     });
 }
@@ -208,7 +239,11 @@ fn detached_spawns_and_broadcast() {
         drop(pool);
         let trace = read_trace(&path);
         let name = "trace::detached_spawns_and_broadcast::{{closure}}::{{closure}}";
-        assert_eq!(count(&trace, "spawn", name), 100, "every detached spawn once");
+        assert_eq!(
+            count(&trace, "spawn", name),
+            100,
+            "every detached spawn once"
+        );
         let broadcasts: Vec<_> = jobs(&trace)
             .into_iter()
             .filter(|j| j["cat"] == "broadcast")
@@ -217,7 +252,10 @@ fn detached_spawns_and_broadcast() {
         let mut tids: Vec<_> = broadcasts.iter().map(|j| j["tid"].as_u64()).collect();
         tids.sort();
         assert_eq!(tids, [Some(0), Some(1)]);
-        assert!(broadcasts.iter().all(|j| j["name"] == name), "{broadcasts:?}");
+        assert!(
+            broadcasts.iter().all(|j| j["name"] == name),
+            "{broadcasts:?}"
+        );
         check_nesting(&trace);
     });
 }
@@ -271,7 +309,10 @@ fn pools_share_a_file() {
 
 #[test]
 fn bad_settings_are_build_errors() {
-    let err = ThreadPoolBuilder::new().trace_events(0).build().unwrap_err();
+    let err = ThreadPoolBuilder::new()
+        .trace_events(0)
+        .build()
+        .unwrap_err();
     assert!(err.to_string().contains("trace_events"), "{err}");
     let err = ThreadPoolBuilder::new().trace("").build().unwrap_err();
     assert!(err.to_string().contains("trace"), "{err}");
@@ -292,7 +333,11 @@ fn run_child(mode: &str, path: &Path) -> String {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "child {mode}: {}\n{stdout}\n{stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "child {mode}: {}\n{stdout}\n{stderr}",
+        out.status
+    );
     assert!(stdout.contains("1 passed"), "child {mode} ran: {stdout}");
     stderr
 }

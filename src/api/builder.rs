@@ -18,9 +18,9 @@ use std::sync::{Mutex as StdMutex, OnceLock};
 
 use crate::admission::token::MAX_TOKENS;
 use crate::base::stack::{Headroom, MIN_STACK_SIZE};
+use crate::base::sync::Arc;
 use crate::base::trace::{PoolTrace, DEFAULT_TRACE_EVENTS, MAX_TRACE_EVENTS};
 pub use crate::base::trace::{TRACE_ENV, TRACE_EVENTS_ENV};
-use crate::base::sync::Arc;
 use crate::worker::borrowed;
 use crate::worker::registry::{PanicHandler, Registry, WorkerSeed};
 use crate::worker::thread::WorkerThread;
@@ -436,12 +436,8 @@ impl<S: ThreadSpawn> ThreadPoolBuilder<S> {
             exit: self.exit_handler.take(),
         });
         let trace = self.resolve_trace(num_threads)?;
-        let (registry, seeds) = Registry::new(
-            num_threads,
-            max_inflight,
-            self.panic_handler.take(),
-            trace,
-        );
+        let (registry, seeds) =
+            Registry::new(num_threads, max_inflight, self.panic_handler.take(), trace);
         // Until every worker runs: an error, or a spawn handler's panic, ends the started ones.
         let unfinished = TerminateOnDrop(&registry);
         let mut own_seed = None;
@@ -480,7 +476,10 @@ impl<S: ThreadSpawn> ThreadPoolBuilder<S> {
 
     /// The pool's trace, if tracing is on: the builder's path, else `TREEPOOL_TRACE`; its ring
     /// size, the builder's, else `TREEPOOL_TRACE_EVENTS`, else the default.
-    fn resolve_trace(&self, num_threads: usize) -> Result<Option<std::sync::Arc<PoolTrace>>, BuildError> {
+    fn resolve_trace(
+        &self,
+        num_threads: usize,
+    ) -> Result<Option<std::sync::Arc<PoolTrace>>, BuildError> {
         let events = match self.trace_events {
             Some(n) if !(1..=MAX_TRACE_EVENTS).contains(&n) => {
                 return Err(BuildError::new(format!(

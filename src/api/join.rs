@@ -34,7 +34,7 @@ where
     let job_b = JoinJob::new(b, worker.current_ptr());
     // `job_b` stays on this frame until it is taken back, or settled by a taker below.
     let Some(slot) = worker.push_half(job_b.as_half()) else {
-        return join_unkept(worker, a, job_b);
+        return join_unkept(a, job_b);
     };
     if worker.any_idle() {
         return join_while_idle(worker, a, &job_b, slot);
@@ -136,16 +136,19 @@ where
 /// turns that push off, so that the check costs the untraced join nothing), and the join goes
 /// as `join_in_worker` does, recording `b` when it runs inline; or the thread's split stack is
 /// full (`HALF_SLOTS` joins deep on one thread): `b` runs after `a`, kept nowhere, so no thief
-/// and no wait of `a` can run it.
+/// and no wait of `a` can run it. It finds its worker itself: an argument more would cost the
+/// fast path a register move (`benches/callgrind.sh`).
 #[cold]
 #[inline(never)]
-fn join_unkept<A, F, RA, R>(worker: &WorkerThread, a: A, job_b: JoinJob<F, R>) -> (RA, R)
+fn join_unkept<A, F, RA, R>(a: A, job_b: JoinJob<F, R>) -> (RA, R)
 where
     A: FnOnce() -> RA + Send,
     F: FnOnce() -> R + Send,
     RA: Send,
     R: Send,
 {
+    // SAFETY: a join's halves are kept by workers only (`join_in_worker`, `join_eagerly`).
+    let worker = unsafe { WorkerThread::current_unchecked() };
     if let Some(slot) = worker.push_half_traced(job_b.as_half()) {
         if worker.any_idle() {
             worker.idle_at_join();
@@ -252,7 +255,7 @@ where
     // `job_b` stays on this frame until it is taken back, or settled by a taker below.
     let kept = worker.push_half(job_b.as_half());
     let Some(slot) = kept.or_else(|| worker.push_half_traced(job_b.as_half())) else {
-        return join_unkept(worker, a, job_b);
+        return join_unkept(a, job_b);
     };
     worker.publish_through(slot);
     let result_a = JobResult::call(a);

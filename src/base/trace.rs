@@ -279,7 +279,10 @@ impl PoolTrace {
         }
         let mut written = lock(&self.written);
         while !*written {
-            written = self.written_cv.wait(written).unwrap_or_else(|e| e.into_inner());
+            written = self
+                .written_cv
+                .wait(written)
+                .unwrap_or_else(|e| e.into_inner());
         }
     }
 
@@ -471,7 +474,11 @@ fn user_name(mut name: &'static str) -> (&'static str, bool) {
             break;
         };
         let closure = args.iter().rev().find(|a| a.ends_with("}}"));
-        let other = || args.iter().rev().find(|a| !a.starts_with("treepool::") && a.contains("::"));
+        let other = || {
+            args.iter()
+                .rev()
+                .find(|a| !a.starts_with("treepool::") && a.contains("::"))
+        };
         match closure.or_else(other) {
             Some(arg) => name = arg,
             None => break,
@@ -643,6 +650,9 @@ mod tests {
         assert_eq!(user_name(broadcast), ("app::f::{{closure}}", true));
         let detached = "treepool::api::pool::detached_job<app::leaf>::{{closure}}";
         assert_eq!(user_name(detached), ("app::leaf", false));
-        assert_eq!(user_name("app::g::{{closure}}"), ("app::g::{{closure}}", false));
+        assert_eq!(
+            user_name("app::g::{{closure}}"),
+            ("app::g::{{closure}}", false)
+        );
     }
 }

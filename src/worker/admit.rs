@@ -142,7 +142,9 @@ impl Registry {
 impl WorkerThread {
     /// Runs an admitted job's `body` (which must not unwind), then finishes the job. `spawned`:
     /// the job was spawned (not a join's half or a call's root), so thief pacing may judge it.
-    #[inline]
+    /// Always inlined: a spawned job's run must not call it (a traced run is a second caller,
+    /// which made the compiler keep it out of line: `benches/callgrind.sh`).
+    #[inline(always)]
     pub fn run_admitted(&self, lender: LenderRef, spawned: bool, body: impl FnOnce()) {
         self.start_job(|| self.with_current(LenderRef::as_ptr(&lender), body));
         // Jobs run inside this one finished before it: what is left here is the outermost

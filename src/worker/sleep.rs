@@ -98,7 +98,12 @@ impl Sleep {
     /// Blocks worker `index` until it is woken, unless `has_work` or `done` says there is no need.
     /// Returns early (spuriously) at times; callers loop. Returns whether it blocked (and was
     /// woken).
-    pub fn sleep(&self, index: usize, has_work: impl Fn() -> bool, done: impl Fn() -> bool) -> bool {
+    pub fn sleep(
+        &self,
+        index: usize,
+        has_work: impl Fn() -> bool,
+        done: impl Fn() -> bool,
+    ) -> bool {
         // SeqCst: the sleeper's half of the handshake with `new_work`.
         self.sleepers.fetch_add(1, Ordering::SeqCst);
         let seen = self.announcements.load(Ordering::SeqCst);

@@ -11,6 +11,12 @@ use crate::base::trace::{How, Kind};
 use crate::worker::thread::WorkerThread;
 
 impl WorkerThread {
+    /// Whether this worker's pool is traced.
+    #[inline(always)]
+    pub fn is_traced(&self) -> bool {
+        self.trace.is_some()
+    }
+
     /// Runs `run`, the run of a job of `kind` whose closure has the type `N`, recorded as a job
     /// span while tracing (`how`: how it came to run here; [`How::Admitted`] reads as stolen
     /// after a steal); else just runs it.
