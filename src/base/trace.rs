@@ -300,17 +300,17 @@ impl PoolTrace {
             let mut out = String::new();
             let pid = self.pid;
             let n = self.rings.len();
-            let _ = write!(
+            let _ = writeln!(
                 out,
                 "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{pid},\"tid\":0,\
-                 \"args\":{{\"name\":\"treepool pool {pid} ({n} thread{})\"}}}},\n",
+                 \"args\":{{\"name\":\"treepool pool {pid} ({n} thread{})\"}}}},",
                 if n == 1 { "" } else { "s" }
             );
             for tid in 0..n {
-                let _ = write!(
+                let _ = writeln!(
                     out,
                     "{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{pid},\"tid\":{tid},\
-                     \"args\":{{\"name\":\"worker {tid}\"}}}},\n"
+                     \"args\":{{\"name\":\"worker {tid}\"}}}},"
                 );
             }
             let mut dropped = String::new();
@@ -403,16 +403,16 @@ fn render_event(out: &mut String, pid: u32, tid: usize, event: &Event) {
                 0 => String::new(),
                 p => format!(",\"parent\":{p}"),
             };
-            write!(
+            writeln!(
                 out,
                 "{{\"ph\":\"X\",{head},\"dur\":{dur},\"name\":\"{}\",\"cat\":\"{cat}\",\
-                 \"args\":{{\"how\":\"{how}\",\"id\":{id}{parent}}}}},\n",
+                 \"args\":{{\"how\":\"{how}\",\"id\":{id}{parent}}}}},",
                 Escaped(user)
             )
         }
-        What::Sleep => write!(
+        What::Sleep => writeln!(
             out,
-            "{{\"ph\":\"X\",{head},\"dur\":{dur},\"name\":\"sleep\",\"cat\":\"sleep\"}},\n"
+            "{{\"ph\":\"X\",{head},\"dur\":{dur},\"name\":\"sleep\",\"cat\":\"sleep\"}},"
         ),
         What::AdmissionWait { granted } => {
             let args = match granted {
@@ -420,16 +420,16 @@ fn render_event(out: &mut String, pid: u32, tid: usize, event: &Event) {
                 Some(false) => ",\"args\":{\"granted\":\"pool\"}",
                 None => "",
             };
-            write!(
+            writeln!(
                 out,
                 "{{\"ph\":\"X\",{head},\"dur\":{dur},\"name\":\"admission wait\",\
-                 \"cat\":\"admission\"{args}}},\n"
+                 \"cat\":\"admission\"{args}}},"
             )
         }
-        What::Steal { from } => write!(
+        What::Steal { from } => writeln!(
             out,
             "{{\"ph\":\"i\",\"s\":\"t\",{head},\"name\":\"steal\",\"cat\":\"steal\",\
-             \"args\":{{\"from\":{from}}}}},\n"
+             \"args\":{{\"from\":{from}}}}},"
         ),
         What::Promote | What::Grant | What::Wake => {
             let name = match event.what {
@@ -437,9 +437,9 @@ fn render_event(out: &mut String, pid: u32, tid: usize, event: &Event) {
                 What::Grant => "grant",
                 _ => "wake",
             };
-            write!(
+            writeln!(
                 out,
-                "{{\"ph\":\"i\",\"s\":\"t\",{head},\"name\":\"{name}\",\"cat\":\"{name}\"}},\n"
+                "{{\"ph\":\"i\",\"s\":\"t\",{head},\"name\":\"{name}\",\"cat\":\"{name}\"}},"
             )
         }
     };
