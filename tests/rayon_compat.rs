@@ -120,7 +120,10 @@ fn par_sort() {
 
 #[test]
 fn par_bridge_over_a_slow_iterator() {
-    assert_eq!(run("bridge")["result"], (0..200u64).map(|x| x * 2).sum::<u64>());
+    assert_eq!(
+        run("bridge")["result"],
+        (0..200u64).map(|x| x * 2).sum::<u64>()
+    );
 }
 
 #[test]
