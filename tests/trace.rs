@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use treepool::{ThreadPool, ThreadPoolBuilder};
@@ -24,12 +25,40 @@ fn trace_path(test: &str) -> PathBuf {
     path
 }
 
-fn traced_pool(path: &Path, threads: usize) -> ThreadPool {
-    ThreadPoolBuilder::new()
+/// A traced pool of `threads` workers, with the handles of its worker threads: the last one
+/// out writes the file, so a test drops the pool and joins them ([`finish`]) before it reads.
+fn traced_pool(path: &Path, threads: usize) -> (ThreadPool, Workers) {
+    traced_builder(path, threads, ThreadPoolBuilder::new())
+}
+
+type Workers = Arc<Mutex<Vec<std::thread::JoinHandle<()>>>>;
+
+fn traced_builder(
+    path: &Path,
+    threads: usize,
+    builder: ThreadPoolBuilder,
+) -> (ThreadPool, Workers) {
+    let workers = Workers::default();
+    let handles = workers.clone();
+    let pool = builder
         .num_threads(threads)
         .trace(path)
+        .spawn_handler(move |worker| {
+            let handle = std::thread::spawn(|| worker.run());
+            handles.lock().unwrap().push(handle);
+            Ok(())
+        })
         .build()
-        .unwrap()
+        .unwrap();
+    (pool, workers)
+}
+
+/// Drops `pool` and waits for its worker threads: its trace file is written then.
+fn finish((pool, workers): (ThreadPool, Workers)) {
+    drop(pool);
+    for worker in std::mem::take(&mut *workers.lock().unwrap()) {
+        worker.join().unwrap();
+    }
 }
 
 /// The file, parsed and checked against the format: the top-level keys, one `process_name` per
@@ -174,9 +203,9 @@ fn join_tree(depth: u32) -> u64 {
 fn join_tree_each_b_once_nested() {
     common::watchdog(60, || {
         let path = trace_path("join-tree");
-        let pool = traced_pool(&path, 2);
-        assert_eq!(pool.install(|| join_tree(10)), 1024);
-        drop(pool);
+        let traced = traced_pool(&path, 2);
+        assert_eq!(traced.0.install(|| join_tree(10)), 1024);
+        finish(traced);
         let trace = read_trace(&path);
         assert_eq!(count(&trace, "join", "trace::join_tree::{{closure}}"), 1023);
         let install = jobs(&trace)
@@ -209,11 +238,11 @@ fn spawn_tree<'s>(s: &treepool::Scope<'s>, depth: u32, ran: &'s AtomicUsize) {
 fn scope_spawn_tree_each_job_once() {
     common::watchdog(60, || {
         let path = trace_path("spawn-tree");
-        let pool = traced_pool(&path, 2);
+        let traced = traced_pool(&path, 2);
         let ran = AtomicUsize::new(0);
-        pool.scope(|s| spawn_tree(s, 8, &ran));
+        traced.0.scope(|s| spawn_tree(s, 8, &ran));
         assert_eq!(ran.into_inner(), 511);
-        drop(pool);
+        finish(traced);
         let trace = read_trace(&path);
         assert_eq!(
             count(&trace, "scope_spawn", "trace::spawn_tree::{{closure}}"),
@@ -227,7 +256,8 @@ fn scope_spawn_tree_each_job_once() {
 fn detached_spawns_and_broadcast() {
     common::watchdog(60, || {
         let path = trace_path("detached");
-        let pool = traced_pool(&path, 2);
+        let traced = traced_pool(&path, 2);
+        let pool = &traced.0;
         let (tx, rx) = std::sync::mpsc::channel();
         for i in 0..100 {
             let tx = tx.clone();
@@ -236,7 +266,7 @@ fn detached_spawns_and_broadcast() {
         assert_eq!(rx.iter().take(100).count(), 100);
         let indexes = pool.broadcast(|ctx| ctx.index());
         assert_eq!(indexes, [0, 1]);
-        drop(pool);
+        finish(traced);
         let trace = read_trace(&path);
         let name = "trace::detached_spawns_and_broadcast::{{closure}}::{{closure}}";
         assert_eq!(
@@ -264,14 +294,9 @@ fn detached_spawns_and_broadcast() {
 fn a_small_ring_keeps_its_last_events_and_counts_the_rest() {
     common::watchdog(60, || {
         let path = trace_path("ring");
-        let pool = ThreadPoolBuilder::new()
-            .num_threads(1)
-            .trace(&path)
-            .trace_events(8)
-            .build()
-            .unwrap();
-        pool.install(|| join_tree(8));
-        drop(pool);
+        let traced = traced_builder(&path, 1, ThreadPoolBuilder::new().trace_events(8));
+        traced.0.install(|| join_tree(8));
+        finish(traced);
         let trace = read_trace(&path);
         let kept = trace["traceEvents"]
             .as_array()
@@ -292,10 +317,10 @@ fn pools_share_a_file() {
         let path = trace_path("pools");
         let first = traced_pool(&path, 1);
         let second = traced_pool(&path, 2);
-        first.install(|| join_tree(3));
-        second.install(|| join_tree(4));
-        drop(first);
-        drop(second);
+        first.0.install(|| join_tree(3));
+        second.0.install(|| join_tree(4));
+        finish(first);
+        finish(second);
         let trace = read_trace(&path);
         let per_pool = |pid: u64| {
             jobs(&trace)
@@ -304,6 +329,30 @@ fn pools_share_a_file() {
                 .count()
         };
         assert_eq!((per_pool(1), per_pool(2)), (7, 15));
+    });
+}
+
+/// A drop returns at once, as without tracing, even while queued work waits for the dropping
+/// thread; the work runs, and the file is written after it.
+#[test]
+fn a_traced_drop_does_not_wait_for_queued_work() {
+    common::watchdog(60, || {
+        let path = trace_path("drop");
+        let traced = traced_pool(&path, 1);
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        traced.0.spawn(move || wait.recv().unwrap());
+        let (pool, workers) = traced;
+        drop(pool); // the spawned job waits for `go`, sent after the drop
+        go.send(()).unwrap();
+        finish((
+            ThreadPoolBuilder::new().num_threads(1).build().unwrap(),
+            workers,
+        ));
+        let trace = read_trace(&path);
+        assert_eq!(
+            jobs(&trace).iter().filter(|j| j["cat"] == "spawn").count(),
+            1
+        );
     });
 }
 

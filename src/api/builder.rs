@@ -318,9 +318,10 @@ impl<S> ThreadPoolBuilder<S> {
     /// (Perfetto, chrome://tracing, or `cargo run --release --example trace_view -- FILE`).
     /// Each worker keeps its last [`trace_events`](ThreadPoolBuilder::trace_events) events.
     ///
-    /// The file is written once the pool is dropped and its workers have finished their work
-    /// (a drop on a thread that is no worker of any pool waits for that), or when the process
-    /// exits normally (Linux), whichever comes first; pools traced to the same path share the
+    /// The file is written by the pool's last worker thread to exit, once the pool was dropped
+    /// and its queued work ran (the drop itself returns at once, as ever: join the threads of a
+    /// [`spawn_handler`](ThreadPoolBuilder::spawn_handler) to wait for the file), or when the
+    /// process exits normally (Linux), whichever comes first; pools traced to the same path share the
     /// file, numbered in the order they were built. A file that cannot be written is reported
     /// in one line on stderr. An empty path is a build error.
     ///
@@ -330,9 +331,21 @@ impl<S> ThreadPoolBuilder<S> {
     ///
     /// ```
     /// let path = std::env::temp_dir().join("treepool-doc-trace.json");
-    /// let pool = treepool::ThreadPoolBuilder::new().num_threads(2).trace(&path).build().unwrap();
+    /// let threads = std::sync::Mutex::new(Vec::new());
+    /// let pool = treepool::ThreadPoolBuilder::new()
+    ///     .num_threads(2)
+    ///     .trace(&path)
+    ///     .spawn_handler(|worker| {
+    ///         threads.lock().unwrap().push(std::thread::spawn(|| worker.run()));
+    ///         Ok(())
+    ///     })
+    ///     .build()
+    ///     .unwrap();
     /// pool.install(|| treepool::join(|| 1, || 2));
-    /// drop(pool); // waits for the workers, then writes the file
+    /// drop(pool);
+    /// for thread in threads.into_inner().unwrap() {
+    ///     thread.join().unwrap(); // the last one out wrote the file
+    /// }
     /// assert!(std::fs::read_to_string(&path).unwrap().contains("traceEvents"));
     /// ```
     pub fn trace(mut self, path: impl Into<PathBuf>) -> Self {

@@ -178,11 +178,7 @@ impl Drop for ThreadPool {
         self.registry.terminate();
         borrowed::release();
         if let Some(trace) = self.registry.trace() {
-            // A traced pool's file is complete when its drop returns, where waiting for the
-            // workers cannot deadlock: on a thread that runs no pool's jobs.
-            if WorkerThread::current().is_none() && borrowed::index().is_none() {
-                trace.dropped();
-            }
+            trace.dropped();
         }
     }
 }

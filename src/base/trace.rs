@@ -15,7 +15,7 @@ use std::io::Write as _;
 use std::mem::MaybeUninit;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 /// The environment variable that turns tracing on for every pool built without
@@ -197,9 +197,6 @@ pub struct PoolTrace {
     running: AtomicUsize,
     /// The pool's events as the file's text, once it is finished.
     rendered: OnceLock<String>,
-    /// Set (under its mutex) once the file holds the finished pool.
-    written: Mutex<bool>,
-    written_cv: Condvar,
 }
 
 /// A file and the pools traced into it.
@@ -243,8 +240,6 @@ impl PoolTrace {
             file: file.clone(),
             running: AtomicUsize::new(running),
             rendered: OnceLock::new(),
-            written: Mutex::new(false),
-            written_cv: Condvar::new(),
         });
         pools.push(trace.clone());
         trace
@@ -270,19 +265,13 @@ impl PoolTrace {
         }
     }
 
-    /// The pool was dropped: waits until its file is written, or writes it now if it has no
-    /// worker thread of its own (every worker borrowed).
+    /// The pool was dropped: writes its file now if it has no worker thread of its own (every
+    /// worker borrowed), else leaves that to its last worker thread. Never waits: a drop must
+    /// not wait for the pool's queued work, which may wait for the dropping thread.
     pub fn dropped(&self) {
         // Acquire: pairs with `worker_exited`.
         if self.running.load(Ordering::Acquire) == 0 {
             self.finish();
-        }
-        let mut written = lock(&self.written);
-        while !*written {
-            written = self
-                .written_cv
-                .wait(written)
-                .unwrap_or_else(|e| e.into_inner());
         }
     }
 
@@ -290,8 +279,6 @@ impl PoolTrace {
     fn finish(&self) {
         self.render();
         self.file.write(false);
-        *lock(&self.written) = true;
-        self.written_cv.notify_all();
     }
 
     /// The pool's events as the file's text (closing its rings, once).
