@@ -74,6 +74,7 @@ pub use api::broadcast::{broadcast, spawn_broadcast, BroadcastContext};
 pub use api::builder::{
     max_num_threads, BuildError, ThreadBuilder, ThreadPoolBuildError, ThreadPoolBuilder,
     DEFAULT_TOKENS_PER_THREAD, MAX_INFLIGHT_ENV, NUM_THREADS_ENV, RAYON_NUM_THREADS_ENVS,
+    TRACE_ENV, TRACE_EVENTS_ENV,
 };
 #[allow(deprecated)]
 pub use api::configuration::{initialize, Configuration};

@@ -42,7 +42,17 @@ fn fixture() -> &'static Path {
 
 /// Runs `program` (at most 120 s) and returns the `key=value` lines it printed.
 fn run(program: &str) -> HashMap<String, u64> {
-    let out = Command::new("timeout")
+    run_traced(program, None)
+}
+
+/// [`run`], with `TREEPOOL_TRACE` set to `trace` if given (else removed).
+fn run_traced(program: &str, trace: Option<&Path>) -> HashMap<String, u64> {
+    let mut command = Command::new("timeout");
+    match trace {
+        Some(path) => command.env("TREEPOOL_TRACE", path),
+        None => command.env_remove("TREEPOOL_TRACE"),
+    };
+    let out = command
         .arg("120")
         .arg(fixture())
         .arg(program)
@@ -110,7 +120,10 @@ fn par_sort() {
 
 #[test]
 fn par_bridge_over_a_slow_iterator() {
-    assert_eq!(run("bridge")["result"], (0..200u64).map(|x| x * 2).sum());
+    assert_eq!(
+        run("bridge")["result"],
+        (0..200u64).map(|x| x * 2).sum::<u64>()
+    );
 }
 
 #[test]
@@ -119,4 +132,26 @@ fn scope_fan_out() {
     assert_eq!(v["result"], 100 * 100);
     // Every spawn and the scope's root was admitted through the token table.
     assert_eq!(v["admitted"], 1 + 100 + 100 * 100, "{v:?}");
+}
+
+#[test]
+fn a_rayon_program_is_traced_by_the_variable_alone() {
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rayon-compat-trace.json");
+    let _ = std::fs::remove_file(&path);
+    let v = run_traced("scope", Some(&path));
+    assert_eq!(v["result"], 100 * 100);
+    // Written at exit: rayon's global pool is treepool's, never dropped.
+    let text = std::fs::read_to_string(&path).expect("the trace file was written at exit");
+    let trace: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let events = trace["traceEvents"].as_array().unwrap();
+    let spawns = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["cat"] == "scope_spawn")
+        .count();
+    let dropped: u64 = (trace["otherData"]["dropped"].as_object().unwrap())
+        .values()
+        .map(|n| n.as_u64().unwrap())
+        .sum();
+    // Every `rayon::scope` spawn is a treepool scope spawn (none overwritten at this size).
+    assert_eq!((spawns, dropped), (100 + 100 * 100, 0), "{v:?}");
 }

@@ -13,11 +13,14 @@ use std::any::Any;
 use std::fmt;
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
+use std::path::PathBuf;
 use std::sync::{Mutex as StdMutex, OnceLock};
 
 use crate::admission::token::MAX_TOKENS;
 use crate::base::stack::{Headroom, MIN_STACK_SIZE};
 use crate::base::sync::Arc;
+use crate::base::trace::{PoolTrace, DEFAULT_TRACE_EVENTS, MAX_TRACE_EVENTS};
+pub use crate::base::trace::{TRACE_ENV, TRACE_EVENTS_ENV};
 use crate::worker::borrowed;
 use crate::worker::registry::{PanicHandler, Registry, WorkerSeed};
 use crate::worker::thread::WorkerThread;
@@ -101,6 +104,8 @@ pub struct ThreadPoolBuilder<S = DefaultSpawn> {
     start_handler: Option<Handler>,
     exit_handler: Option<Handler>,
     use_current_thread: bool,
+    trace: Option<PathBuf>,
+    trace_events: Option<usize>,
     spawn_handler: S,
 }
 
@@ -116,6 +121,8 @@ impl Default for ThreadPoolBuilder {
             start_handler: None,
             exit_handler: None,
             use_current_thread: false,
+            trace: None,
+            trace_events: None,
             spawn_handler: DefaultSpawn,
         }
     }
@@ -129,6 +136,8 @@ impl<S> fmt::Debug for ThreadPoolBuilder<S> {
             .field("stack_size", &self.stack_size)
             .field("pin_threads", &self.pin_threads)
             .field("use_current_thread", &self.use_current_thread)
+            .field("trace", &self.trace)
+            .field("trace_events", &self.trace_events)
             .finish_non_exhaustive()
     }
 }
@@ -303,6 +312,56 @@ impl<S> ThreadPoolBuilder<S> {
         self
     }
 
+    /// Records what the pool's workers do (every job run, with its kind, how it came to run
+    /// there and its closure's type name; admission waits, grants, promotions, steals, sleeps
+    /// and wake-ups) and writes it to the file at `path` in Chrome's trace event format
+    /// (Perfetto, chrome://tracing, or `cargo run --release --example trace_view -- FILE`).
+    /// Each worker keeps its last [`trace_events`](ThreadPoolBuilder::trace_events) events.
+    ///
+    /// The file is written by the pool's last worker thread to exit, once the pool was dropped
+    /// and its queued work ran (the drop itself returns at once, as ever: join the threads of a
+    /// [`spawn_handler`](ThreadPoolBuilder::spawn_handler) to wait for the file), or when the
+    /// process exits normally (Linux), whichever comes first; pools traced to the same path share the
+    /// file, numbered in the order they were built. A file that cannot be written is reported
+    /// in one line on stderr. An empty path is a build error.
+    ///
+    /// Not set, it is the `TREEPOOL_TRACE` environment variable ([`TRACE_ENV`]) if set and not
+    /// empty: how a program that never builds a pool (a rayon program on treepool) is traced.
+    /// Off, tracing costs a join or a spawn nothing measurable (`docs/benchmarks.md`).
+    ///
+    /// ```
+    /// let path = std::env::temp_dir().join("treepool-doc-trace.json");
+    /// let threads = std::sync::Mutex::new(Vec::new());
+    /// let pool = treepool::ThreadPoolBuilder::new()
+    ///     .num_threads(2)
+    ///     .trace(&path)
+    ///     .spawn_handler(|worker| {
+    ///         threads.lock().unwrap().push(std::thread::spawn(|| worker.run()));
+    ///         Ok(())
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// pool.install(|| treepool::join(|| 1, || 2));
+    /// drop(pool);
+    /// for thread in threads.into_inner().unwrap() {
+    ///     thread.join().unwrap(); // the last one out wrote the file
+    /// }
+    /// assert!(std::fs::read_to_string(&path).unwrap().contains("traceEvents"));
+    /// ```
+    pub fn trace(mut self, path: impl Into<PathBuf>) -> Self {
+        self.trace = Some(path.into());
+        self
+    }
+
+    /// How many events each worker keeps while tracing (the last ones; the file says how many
+    /// each overwrote): 1 to 2²⁴, 65,536 by default. `0` or more is a build error. Not set, it
+    /// is the `TREEPOOL_TRACE_EVENTS` environment variable ([`TRACE_EVENTS_ENV`]) if set, under
+    /// the same rule, else the default. Without tracing it is checked, and unused.
+    pub fn trace_events(mut self, n: usize) -> Self {
+        self.trace_events = Some(n);
+        self
+    }
+
     /// Starts each worker thread with `spawn` instead of std's `thread::Builder`, as in
     /// rayon-core: `spawn` gets a [`ThreadBuilder`] and must call [`ThreadBuilder::run`] on a
     /// thread of its own (returning at once); an error it returns is a build error, and the
@@ -342,6 +401,8 @@ impl<S> ThreadPoolBuilder<S> {
             start_handler: self.start_handler,
             exit_handler: self.exit_handler,
             use_current_thread: self.use_current_thread,
+            trace: self.trace,
+            trace_events: self.trace_events,
             spawn_handler: CustomSpawn(spawn),
         }
     }
@@ -387,7 +448,9 @@ impl<S: ThreadSpawn> ThreadPoolBuilder<S> {
             start: self.start_handler.take(),
             exit: self.exit_handler.take(),
         });
-        let (registry, seeds) = Registry::new(num_threads, max_inflight, self.panic_handler.take());
+        let trace = self.resolve_trace(num_threads)?;
+        let (registry, seeds) =
+            Registry::new(num_threads, max_inflight, self.panic_handler.take(), trace);
         // Until every worker runs: an error, or a spawn handler's panic, ends the started ones.
         let unfinished = TerminateOnDrop(&registry);
         let mut own_seed = None;
@@ -422,6 +485,36 @@ impl<S: ThreadSpawn> ThreadPoolBuilder<S> {
             borrowed::borrow(seed, registry.clone(), segment_size);
         }
         Ok(registry)
+    }
+
+    /// The pool's trace, if tracing is on: the builder's path, else `TREEPOOL_TRACE`; its ring
+    /// size, the builder's, else `TREEPOOL_TRACE_EVENTS`, else the default.
+    fn resolve_trace(
+        &self,
+        num_threads: usize,
+    ) -> Result<Option<std::sync::Arc<PoolTrace>>, BuildError> {
+        let events = match self.trace_events {
+            Some(n) if !(1..=MAX_TRACE_EVENTS).contains(&n) => {
+                return Err(BuildError::new(format!(
+                    "trace_events must be from 1 to {MAX_TRACE_EVENTS}, got {n}"
+                )))
+            }
+            Some(n) => n,
+            None => env_count(TRACE_EVENTS_ENV, "events", MAX_TRACE_EVENTS)?
+                .unwrap_or(DEFAULT_TRACE_EVENTS),
+        };
+        let path = match &self.trace {
+            Some(path) if path.as_os_str().is_empty() => {
+                return Err(BuildError::new("trace: the path is empty"))
+            }
+            Some(path) => path.clone(),
+            None => match std::env::var_os(TRACE_ENV) {
+                Some(path) if !path.is_empty() => PathBuf::from(path),
+                _ => return Ok(None),
+            },
+        };
+        let started = num_threads - usize::from(self.use_current_thread);
+        Ok(Some(PoolTrace::new(path, num_threads, started, events)))
     }
 
     /// The workers' names, if `thread_name` was given; a name std would refuse is an error.

@@ -40,14 +40,15 @@ where
     if worker.any_idle() {
         return join_while_idle(worker, a, &job_b, slot);
     }
-    join_kept(worker, a, &job_b, slot)
+    join_kept::<_, _, _, _, false>(worker, a, &job_b, slot)
 }
 
 /// The rest of `join_in_worker` once `b` is kept in `slot`. Every call that is not `a` or `b`
 /// is out of line and takes what it needs as arguments, so the fast path keeps few values
-/// alive across calls (fewer registers to save: `benches/callgrind.sh`).
+/// alive across calls (fewer registers to save: `benches/callgrind.sh`). `TRACED`: the pool is
+/// traced, and `b` run inline is recorded (only `join_unkept` says so).
 #[inline(always)]
-fn join_kept<A, F, RA, RB>(
+fn join_kept<A, F, RA, RB, const TRACED: bool>(
     worker: &WorkerThread,
     a: A,
     job_b: &JoinJob<F, RB>,
@@ -64,7 +65,7 @@ where
         Err(payload) => a_panicked(worker, job_b, slot, payload),
     };
     if worker.take_back_private(slot) {
-        return (result_a, job_b.call_inline());
+        return (result_a, job_b.call_inline::<TRACED>(worker));
     }
     finish_public(worker, job_b, slot, result_a)
 }
@@ -86,7 +87,7 @@ where
     RB: Send,
 {
     worker.idle_at_join();
-    join_kept(worker, a, job_b, slot)
+    join_kept::<_, _, _, _, false>(worker, a, job_b, slot)
 }
 
 /// `b` was not the thread's newest private half with another below: it is its last private
@@ -125,25 +126,38 @@ where
     R: Send,
 {
     let result_b = match worker.take_back_half(slot) {
-        Back::Private | Back::Last => job_b.run_inline(),
+        Back::Private | Back::Last => job_b.run_inline(worker),
         back => public_half(worker, job_b, slot, back),
     };
     drop_quietly(result_b);
     panic::resume_unwind(payload)
 }
 
-/// A join whose thread's split stack is full (`HALF_SLOTS` joins deep on one thread): `b` runs
-/// after `a`, kept nowhere, so no thief and no wait of `a` can run it.
+/// A join whose half `WorkerThread::push_half` did not keep: the pool is traced (tracing
+/// turns that push off, so that the check costs the untraced join nothing), and the join goes
+/// as `join_in_worker` does, recording `b` when it runs inline; or the thread's split stack is
+/// full (`HALF_SLOTS` joins deep on one thread): `b` runs after `a`, kept nowhere, so no thief
+/// and no wait of `a` can run it. It finds its worker itself: an argument more would cost the
+/// fast path a register move (`benches/callgrind.sh`).
 #[cold]
 #[inline(never)]
 fn join_unkept<A, F, RA, R>(a: A, job_b: JoinJob<F, R>) -> (RA, R)
 where
     A: FnOnce() -> RA + Send,
     F: FnOnce() -> R + Send,
+    RA: Send,
     R: Send,
 {
+    // SAFETY: a join's halves are kept by workers only (`join_in_worker`, `join_eagerly`).
+    let worker = unsafe { WorkerThread::current_unchecked() };
+    if let Some(slot) = worker.push_half_traced(job_b.as_half()) {
+        if worker.any_idle() {
+            worker.idle_at_join();
+        }
+        return join_kept::<_, _, _, _, true>(worker, a, &job_b, slot);
+    }
     let result_a = JobResult::call(a);
-    join_values(result_a, job_b.run_inline())
+    join_values(result_a, job_b.run_inline(worker))
 }
 
 /// Gets the result of a `b` that was made public: taken back unclaimed (`Back::Retracted`), it
@@ -170,11 +184,11 @@ where
         if back == Back::Retracted || slot == 0 {
             worker.runs_its_last_half();
         }
-        return job_b.run_inline();
+        return job_b.run_inline(worker);
     }
     // Wait site "join": context (the joiner's pool, the joiner's job); policy AnyAdmitted.
     worker.wait_until(|| job_b.settled());
-    let result = job_b.result_after_taken();
+    let result = job_b.result_after_taken(worker);
     worker.release_taken_half(slot);
     result
 }
@@ -240,13 +254,14 @@ where
 {
     let job_b = JoinJob::new(b, worker.current_ptr());
     // `job_b` stays on this frame until it is taken back, or settled by a taker below.
-    let Some(slot) = worker.push_half(job_b.as_half()) else {
+    let kept = worker.push_half(job_b.as_half());
+    let Some(slot) = kept.or_else(|| worker.push_half_traced(job_b.as_half())) else {
         return join_unkept(a, job_b);
     };
     worker.publish_through(slot);
     let result_a = JobResult::call(a);
     let result_b = match worker.take_back_half(slot) {
-        Back::Private => job_b.run_inline(),
+        Back::Private => job_b.run_inline(worker),
         back => public_half(worker, &job_b, slot, back),
     };
     join_values(result_a, result_b)

@@ -177,6 +177,9 @@ impl Drop for ThreadPool {
     fn drop(&mut self) {
         self.registry.terminate();
         borrowed::release();
+        if let Some(trace) = self.registry.trace() {
+            trace.dropped();
+        }
     }
 }
 

@@ -184,7 +184,7 @@ pub enum Place {
 pub struct HalfOwner {
     stack: Arc<HalfStack>,
     /// `stack.slots`, its address and length copied here: a `push` reads them without going
-    /// through the `Arc`.
+    /// through the `Arc` (the length is 0 after [`HalfOwner::push_out_of_line`]).
     slots: *const AtomicPtr<()>,
     capacity: usize,
     /// The first free slot.
@@ -206,14 +206,34 @@ impl HalfOwner {
     }
 
     /// Keeps `half` private; returns its slot, for [`HalfOwner::take_back`], or `None` if every
-    /// slot is in use.
+    /// slot is in use (or [`HalfOwner::push_out_of_line`] was called: then none is).
     #[inline]
     pub fn push(&self, half: *const ()) -> Option<usize> {
+        self.push_below(half, self.capacity)
+    }
+
+    /// Makes every [`HalfOwner::push`] fail, so that its caller takes its out-of-line path,
+    /// which pushes with [`HalfOwner::push_any`]: a switch for a mode (tracing) that costs
+    /// the fast path no instruction of its own, as it reuses `push`'s bound check.
+    pub fn push_out_of_line(&mut self) {
+        self.capacity = 0;
+    }
+
+    /// [`HalfOwner::push`], whatever [`HalfOwner::push_out_of_line`] said.
+    #[inline]
+    pub fn push_any(&self, half: *const ()) -> Option<usize> {
+        self.push_below(half, self.stack.slots.len())
+    }
+
+    #[inline(always)]
+    fn push_below(&self, half: *const (), capacity: usize) -> Option<usize> {
         let slot = self.top.get();
-        if slot == self.capacity {
+        // `>=`, not `==`: after `push_out_of_line` the bound is 0 below a kept half.
+        if slot >= capacity {
             return None;
         }
-        // SAFETY: `slot < capacity`, in the slots that `stack`, held here, keeps alive.
+        // SAFETY: `slot < capacity <= stack.slots.len()`, in the slots that `stack`, held here,
+        // keeps alive.
         let cell = unsafe { &*self.slots.add(slot) };
         // Relaxed: no taker reads the slot before `promote`'s release makes it public.
         cell.store(half as *mut (), Ordering::Relaxed);

@@ -111,11 +111,17 @@ impl Registry {
     /// settles the registration. Out of line, as `register_waiter` is: a spawn that waits in
     /// the help-first loop runs jobs from `admit`'s frame, which deep trees nest once per level,
     /// so what only this rare path needs must not make that frame bigger.
+    /// A worker's wait here is what its trace shows as the spawn's admission wait (the
+    /// help-first loop before it runs jobs of its own deque, which the trace shows anyway).
     #[inline(never)]
     fn await_grant(&self, here: Option<&WorkerThread>, lender: LenderRef) {
         let wait = || wait_on(here, || lender.admission().is_some());
         match self.own(here) {
-            Some(worker) => worker.while_admitting(wait),
+            Some(worker) => {
+                let since = worker.trace_since();
+                worker.while_admitting(wait);
+                worker.trace_admission_wait(since, LenderRef::as_ptr(&lender));
+            }
             None => wait(),
         }
         if let Some(child) = self.tokens.settle(&lender) {
@@ -136,7 +142,9 @@ impl Registry {
 impl WorkerThread {
     /// Runs an admitted job's `body` (which must not unwind), then finishes the job. `spawned`:
     /// the job was spawned (not a join's half or a call's root), so thief pacing may judge it.
-    #[inline]
+    /// Always inlined: a spawned job's run must not call it (a traced run is a second caller,
+    /// which made the compiler keep it out of line: `benches/callgrind.sh`).
+    #[inline(always)]
     pub fn run_admitted(&self, lender: LenderRef, spawned: bool, body: impl FnOnce()) {
         self.start_job(|| self.with_current(LenderRef::as_ptr(&lender), body));
         // Jobs run inside this one finished before it: what is left here is the outermost

@@ -75,6 +75,11 @@ impl Registry {
     pub(super) fn start_granted(&self, child: LenderRef) {
         let how = child.admission().expect("a granted job is admitted");
         self.note_admitted(&child, how);
+        if self.trace.is_some() {
+            if let Some(worker) = self.own(WorkerThread::current()) {
+                worker.trace_grant();
+            }
+        }
         // SAFETY: this thread's grant won the child's admission, so the ticket is ours.
         let ticket = unsafe { child.take_ticket() }.expect("a waiting job has a ticket");
         self.make_runnable(ticket.job);

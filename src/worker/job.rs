@@ -24,6 +24,7 @@ use crate::base::sync::Ordering;
 use crate::admission::token::{Lender, LenderRef};
 use crate::base::job_memory;
 use crate::base::job_ref::{JobRef, JobResult};
+use crate::base::trace::{How, Kind};
 use crate::base::wake::WakeTarget;
 use crate::worker::half::{Half, HalfRun, DECLINED, RAN, SETTLED};
 use crate::worker::latch::{CountLatch, Latch};
@@ -162,11 +163,28 @@ impl<F: FnOnce() + Send> HeapJob<F> {
         let worker = unsafe { WorkerThread::current_unchecked() };
         // The job may be freed inside (its token released and no other reference left): it is
         // not touched after this.
-        worker.run_admitted(lender, true, body);
+        match worker.is_traced() {
+            false => worker.run_admitted(lender, true, body),
+            true => Self::run_traced(worker, lender, body, scope.is_null()),
+        }
         if !scope.is_null() {
             // SAFETY: the scope waits for this count before it returns, so the latch is alive.
             unsafe { worker.count_down(scope) };
         }
+    }
+
+    /// [`HeapJob::run`]'s run of the body while its pool is traced, out of line: the untraced
+    /// spawn pays one branch (`benches/callgrind.sh`), not the setup of a recording closure.
+    #[cold]
+    #[inline(never)]
+    fn run_traced(worker: &WorkerThread, lender: LenderRef, body: F, detached: bool) {
+        let kind = match detached {
+            true => Kind::Spawn,
+            false => Kind::ScopeSpawn,
+        };
+        worker.traced::<F, _>(kind, How::Admitted, || {
+            worker.run_admitted(lender, true, body)
+        });
     }
 
     /// The lender's `free`: frees the job.
@@ -258,8 +276,10 @@ impl<F: FnOnce() -> R + Send, R: Send> RootJob<F, R> {
         unsafe {
             let func = (*(*this).func.get()).take().expect("a job runs once");
             let lender = (*this).lender.clone();
-            worker.run_admitted(lender, false, || {
-                *(*this).result.get() = JobResult::call(func)
+            worker.traced::<F, _>(Kind::Install, How::Admitted, || {
+                worker.run_admitted(lender, false, || {
+                    *(*this).result.get() = JobResult::call(func)
+                })
             });
             Latch::set(&(*this).latch, worker.registry().sleep());
         }
@@ -313,10 +333,12 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
 
     /// The half's result, on its joiner's frame, once no taker runs it: runs `b` here, unless a
     /// wait of the job ran it already.
+    /// `worker`: the joiner's, which records the run while tracing.
     #[inline]
-    pub fn run_inline(&self) -> JobResult<R> {
+    pub fn run_inline(&self, worker: &WorkerThread) -> JobResult<R> {
         // SAFETY: only the joiner's thread touches `func` once no taker runs the half.
         match unsafe { (*self.func.get()).take() } {
+            Some(func) if worker.is_traced() => Self::call_traced(worker, func),
             Some(func) => JobResult::call(func),
             None => self.take_result(),
         }
@@ -325,13 +347,23 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
     /// `b`'s value, on its joiner's frame after a take-back: calls `b` here, not catching its
     /// panic (the joiner has nothing left to wait for), unless a wait of the job ran it
     /// already (then its result, a panic raised again).
+    /// `TRACED`: the join is traced (`join`'s out-of-line path), and `worker` records the run.
     #[inline]
-    pub fn call_inline(&self) -> R {
+    pub fn call_inline<const TRACED: bool>(&self, worker: &WorkerThread) -> R {
         // SAFETY: as in `run_inline`.
         match unsafe { (*self.func.get()).take() } {
+            Some(func) if TRACED => worker.traced::<F, _>(Kind::Join, How::Inline, func),
             Some(func) => func(),
             None => self.take_result().into_value(),
         }
+    }
+
+    /// [`JoinJob::run_inline`]'s call while the pool is traced, out of line (see
+    /// [`HeapJob::run_traced`]).
+    #[cold]
+    #[inline(never)]
+    fn call_traced(worker: &WorkerThread, func: F) -> JobResult<R> {
+        worker.traced::<F, _>(Kind::Join, How::Inline, || JobResult::call(func))
     }
 
     /// Whether a taker that claimed the half is done with it (ran it, found it run, or
@@ -345,11 +377,11 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
     /// The result of a claimed half, once [`JoinJob::settled`]: a declined one runs here (its
     /// slot stays in use meanwhile, so it is marked run first: a wait inside it must not take
     /// it for a declined half of its job).
-    pub fn result_after_taken(&self) -> JobResult<R> {
+    pub fn result_after_taken(&self, worker: &WorkerThread) -> JobResult<R> {
         debug_assert!(self.settled());
         // Relaxed: settled, so only this thread looks at the state now.
         self.head.state.fetch_or(RAN, Ordering::Relaxed);
-        self.run_inline()
+        self.run_inline(worker)
     }
 
     /// The result written by a run away from the joiner's frame: called once, by the joiner,
@@ -373,7 +405,7 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
                 job.head.state.fetch_or(RAN, Ordering::Relaxed);
                 // Above frames of the job that are not its own (the wait's): a start of its
                 // own (B5), one level deeper in `part_depth`.
-                worker.start_job(|| worker.as_part(|| job.run_into_result()));
+                worker.start_job(|| worker.as_part(|| job.run_into_result(worker, How::Part)));
             }
             HalfRun::OnCredit => {
                 // Relaxed: declined and settled, so only this thread looks at the state.
@@ -383,7 +415,7 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
                 if !registry.try_admit(&lender) {
                     registry.admit_credit_half(&lender);
                 }
-                worker.run_admitted(lender, false, || job.run_into_result());
+                worker.run_admitted(lender, false, || job.run_into_result(worker, How::Credit));
             }
             HalfRun::Taken { credit } => job.run_taken(worker, credit),
         }
@@ -404,7 +436,7 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
             // `b` is the current job's code, run while its `a` waits, exactly as if taken back.
             // Admitting it instead could leave it to an `a` that waits for it to start (the
             // job's token lent out, none free): a hang.
-            worker.start_job(|| worker.as_part(|| self.run_into_result()));
+            worker.start_job(|| worker.as_part(|| self.run_into_result(worker, How::Part)));
             // SAFETY: as above.
             unsafe { Half::settle(this, RAN, registry.sleep()) };
             return;
@@ -421,7 +453,11 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
             }
             registry.admit_credit_half(&lender);
         }
-        worker.run_admitted(lender, false, || self.run_into_result());
+        let how = match credit {
+            true => How::Credit,
+            false => How::Admitted,
+        };
+        worker.run_admitted(lender, false, || self.run_into_result(worker, how));
         // SAFETY: as above.
         unsafe { Half::settle(this, RAN, registry.sleep()) };
     }
@@ -432,13 +468,16 @@ impl<F: FnOnce() -> R + Send, R: Send> JoinJob<F, R> {
         LenderRef::new(unsafe { worker.registry().new_child(self.head.parent) })
     }
 
-    fn run_into_result(&self) {
+    /// Runs the half away from its joiner's frame, on `worker`, which records the run (`how`)
+    /// while tracing.
+    fn run_into_result(&self, worker: &WorkerThread, how: How) {
         // SAFETY: the caller claimed the half, so it alone takes `func` (once: the state says
         // it ran, or the joiner runs it only once the taker is done); the joiner reads the
         // result only after that.
         unsafe {
             let func = (*self.func.get()).take().expect("a join half runs once");
-            (*self.result.get()).write(JobResult::call(func));
+            let result = worker.traced::<F, _>(Kind::Join, how, || JobResult::call(func));
+            (*self.result.get()).write(result);
         }
     }
 }

@@ -7,7 +7,8 @@
 //! `grant` (making an admitted waiter runnable); `help_first` (the throughput policies of a
 //! spawn that waits for admission); `wait` (the one wait loop and its policies); `admit` (the
 //! admission of a spawn, waiting by that loop); `job` (the job types); `routing` (fifo and
-//! pinned admission); `borrowed` (a thread that is not the pool's own, entered as a worker).
+//! pinned admission); `borrowed` (a thread that is not the pool's own, entered as a worker); `tracing` (a
+//! worker's hooks into its trace ring).
 //! Nothing here imports `api`.
 
 pub mod admit;
@@ -23,4 +24,5 @@ pub mod registry;
 pub mod routing;
 pub mod sleep;
 pub mod thread;
+pub mod tracing;
 pub mod wait;

@@ -16,6 +16,7 @@ use crate::admission::token::{Admission, Lender, TokenTable};
 use crate::base::half_stack::HalfStack;
 use crate::base::job_ref::{drop_quietly, panic_message, JobRef};
 use crate::base::sync::{Arc, AtomicBool, Ordering};
+use crate::base::trace::PoolTrace;
 use crate::base::wake::{SleepingPool, WakeWorker};
 use crate::worker::fifo_lanes::Lanes;
 use crate::worker::inbox::Inboxes;
@@ -42,6 +43,8 @@ pub struct Registry {
     pub(super) inboxes: Inboxes,
     /// Each worker's lanes for detached `spawn_fifo` jobs (see `fifo`).
     pub(super) fifo_lanes: Box<[Lanes]>,
+    /// The pool's trace, while tracing is on (`base::trace`).
+    pub(super) trace: Option<std::sync::Arc<PoolTrace>>,
 }
 
 /// What a worker thread needs to start, made before any thread runs.
@@ -65,6 +68,7 @@ impl Registry {
         num_threads: usize,
         max_inflight: usize,
         panic_handler: Option<PanicHandler>,
+        trace: Option<std::sync::Arc<PoolTrace>>,
     ) -> (Arc<Registry>, Vec<WorkerSeed>) {
         let deques: Vec<Worker<JobRef>> = (0..num_threads).map(|_| Worker::new_lifo()).collect();
         let registry = Arc::new(Registry {
@@ -82,6 +86,7 @@ impl Registry {
             panic_handler,
             inboxes: Inboxes::new(num_threads),
             fifo_lanes: Lanes::per_worker(num_threads),
+            trace,
         });
         let seeds = deques
             .into_iter()
@@ -111,6 +116,12 @@ impl Registry {
     #[inline]
     pub fn fifo_lanes(&self) -> &[Lanes] {
         &self.fifo_lanes
+    }
+
+    /// The pool's trace, if tracing is on.
+    #[inline]
+    pub fn trace(&self) -> Option<&std::sync::Arc<PoolTrace>> {
+        self.trace.as_ref()
     }
 
     /// The workers' sleep state.

@@ -96,8 +96,14 @@ impl Sleep {
     }
 
     /// Blocks worker `index` until it is woken, unless `has_work` or `done` says there is no need.
-    /// Returns early (spuriously) at times; callers loop.
-    pub fn sleep(&self, index: usize, has_work: impl Fn() -> bool, done: impl Fn() -> bool) {
+    /// Returns early (spuriously) at times; callers loop. Returns whether it blocked (and was
+    /// woken).
+    pub fn sleep(
+        &self,
+        index: usize,
+        has_work: impl Fn() -> bool,
+        done: impl Fn() -> bool,
+    ) -> bool {
         // SeqCst: the sleeper's half of the handshake with `new_work`.
         self.sleepers.fetch_add(1, Ordering::SeqCst);
         let seen = self.announcements.load(Ordering::SeqCst);
@@ -116,12 +122,13 @@ impl Sleep {
                     blocked = wait(&me.wake, blocked);
                 }
                 // The waker lowered the flag and took this worker out of `sleepers`.
-                return;
+                return true;
             }
             // Relaxed: written under the mutex, which a waker takes before it trusts the flag.
             me.asleep.store(false, Ordering::Relaxed);
         }
         self.leave();
+        false
     }
 
     /// Blocks worker `index` until it is woken by index ([`Sleep::wake_worker`]), unless

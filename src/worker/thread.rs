@@ -17,6 +17,7 @@ use crate::base::half_stack::{Back, HalfOwner, Place, Steal as HalfSteal};
 use crate::base::job_ref::JobRef;
 use crate::base::stack::Headroom;
 use crate::base::sync::{thread, Arc, Ordering};
+use crate::base::trace::Recorder;
 use crate::base::wake::WakeTarget;
 use crate::worker::half::{Half, HalfRun};
 use crate::worker::help_first::{CountHandoff, WaitingSpawn};
@@ -74,6 +75,8 @@ pub struct WorkerThread {
     pub(super) grants_elsewhere: bool,
     /// This worker's row of its pool's event counters.
     pub(super) counters_row: *const Row,
+    /// Where this worker records events while its pool is traced (`tracing`); `None` when off.
+    pub(super) trace: Option<Box<Recorder>>,
 }
 
 impl WorkerThread {
@@ -206,9 +209,22 @@ impl WorkerThread {
 
     /// Keeps a join's `b` private to this thread, in its split stack; returns its slot, or
     /// `None` if the stack is full. The joiner then looks at [`WorkerThread::any_idle`].
+    ///
+    /// While the pool is traced this always returns `None` (`HalfOwner::push_out_of_line`):
+    /// the joiner's out-of-line path then keeps the half with [`WorkerThread::push_half_traced`].
     #[inline]
     pub fn push_half(&self, half: *const ()) -> Option<usize> {
         let slot = self.halves.push(half)?;
+        crate::base::chaos::point();
+        Some(slot)
+    }
+
+    /// [`WorkerThread::push_half`] for a traced pool: `None` when the pool is not traced or the
+    /// split stack is full.
+    #[cold]
+    pub fn push_half_traced(&self, half: *const ()) -> Option<usize> {
+        self.trace.as_ref()?;
+        let slot = self.halves.push_any(half)?;
         crate::base::chaos::point();
         Some(slot)
     }
@@ -240,6 +256,7 @@ impl WorkerThread {
     pub fn publish_through(&self, slot: usize) {
         while self.halves.place(slot) == Place::Private && self.halves.promote() {
             self.bump(Counter::Promotions);
+            self.trace_promote();
         }
         self.registry.sleep.new_work();
     }
@@ -332,6 +349,7 @@ impl WorkerThread {
             return false;
         }
         self.bump(Counter::Promotions);
+        self.trace_promote();
         // The thread that asked may be settling into sleep, and missing it would leave it
         // asleep while this thread's remaining halves stay private (a sleeper asks no more).
         self.registry.sleep.new_work();
@@ -507,6 +525,7 @@ impl WorkerThread {
                 match self.registry.halves[victim].steal() {
                     HalfSteal::Taken(_, half) => {
                         self.bump(Counter::Steals);
+                        self.trace_steal(victim);
                         // SAFETY: claimed here; alive until its joiner has its result.
                         let job = unsafe { Half::as_taken_job(Half::claimed_from(half, victim)) };
                         return Some((job, victim));
@@ -517,6 +536,7 @@ impl WorkerThread {
                 match stealers[victim].steal() {
                     Steal::Success(job) => {
                         self.bump(Counter::Steals);
+                        self.trace_steal(victim);
                         return Some((job, victim));
                     }
                     Steal::Retry => retry = true,
@@ -556,7 +576,12 @@ impl WorkerThread {
         let sleep: *const Sleep = &registry.sleep;
         let grants_elsewhere = registry.num_threads() > 1;
         let counters_row = registry.counters.row(seed.index);
-        let halves = HalfOwner::new(registry.halves[seed.index].clone());
+        let mut halves = HalfOwner::new(registry.halves[seed.index].clone());
+        let trace = (registry.trace.as_ref()).map(|t| Box::new(t.recorder(seed.index)));
+        if trace.is_some() {
+            // A traced join takes the out-of-line path that records its inline `b` (`join`).
+            halves.push_out_of_line();
+        }
         WorkerThread {
             deque: seed.deque,
             index: seed.index,
@@ -579,6 +604,7 @@ impl WorkerThread {
             headroom,
             grants_elsewhere,
             counters_row,
+            trace,
         }
     }
 

@@ -219,7 +219,10 @@ impl WorkerThread {
                 // wakes this worker by index (`wake_worker`), so the check under the sleep flag
                 // must see it, with `done`.
                 let done_or_pinned = || done() || self.has_pinned() || self.has_declined_half();
-                sleep.sleep(self.index, || self.has_work(), done_or_pinned);
+                let since = self.trace_since();
+                if sleep.sleep(self.index, || self.has_work(), done_or_pinned) {
+                    self.trace_slept(since);
+                }
             }
             Policy::OwnItems(_) => {
                 let done_or_declined = || done() || self.has_declined_half();
@@ -338,4 +341,8 @@ pub fn main_loop(
     worker.count_busy();
     on_exit(worker.index);
     set_current_worker(ptr::null());
+    if let Some(trace) = worker.registry.trace() {
+        // The last worker thread out writes the pool's trace file.
+        trace.worker_exited();
+    }
 }
