@@ -5,6 +5,7 @@
 mod common;
 
 mod basics;
+mod halves_for_an_idle_worker_after_its_first;
 mod context_and_yield;
 mod halves_run_by_waits;
 mod lazy;
