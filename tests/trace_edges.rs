@@ -103,7 +103,10 @@ fn check_nesting(trace: &Value) {
                 open.pop();
             }
             if let Some(&end) = open.last() {
-                assert!(e <= end, "spans on one thread nest: ({s}, {e}) crosses {end}");
+                assert!(
+                    e <= end,
+                    "spans on one thread nest: ({s}, {e}) crosses {end}"
+                );
             }
             open.push(e);
         }
@@ -151,7 +154,12 @@ fn wrapped_closures_of_generic_fns_keep_their_type_name() {
         let names: Vec<_> = jobs(&trace)
             .iter()
             .filter(|j| j["cat"] == "spawn" || j["cat"] == "scope_spawn")
-            .map(|j| (j["cat"].as_str().unwrap().to_string(), j["name"].as_str().unwrap().to_string()))
+            .map(|j| {
+                (
+                    j["cat"].as_str().unwrap().to_string(),
+                    j["name"].as_str().unwrap().to_string(),
+                )
+            })
             .collect();
         assert!(
             names.contains(&("spawn".into(), detached.into())),
@@ -191,7 +199,10 @@ fn a_borrowed_pool_dropped_elsewhere_traces_its_drained_work() {
                 back_rx.recv().unwrap();
                 // The next look of this thread drains the terminated pool.
                 let _ = treepool::current_thread_index();
-                assert!(ran.load(Ordering::SeqCst), "the queued spawn ran at the look");
+                assert!(
+                    ran.load(Ordering::SeqCst),
+                    "the queued spawn ran at the look"
+                );
             })
         };
         drop(rx.recv().unwrap());
@@ -223,7 +234,10 @@ fn pools_traced_to_one_file_by_two_spellings_both_appear() {
         finish(first);
         finish(second);
         let trace = read_trace(&plain);
-        let installs = jobs(&trace).iter().filter(|j| j["cat"] == "install").count();
+        let installs = jobs(&trace)
+            .iter()
+            .filter(|j| j["cat"] == "install")
+            .count();
         assert_eq!(installs, 2, "both pools' installs are in the one file");
     });
 }
@@ -308,7 +322,10 @@ fn mixed_calls_under_tracing_record_each_job_once_and_nest() {
         );
         // scope: 8 trees of depth 4 (15 b each); the panic test: a tree of depth 3 (7);
         // the cross call: one tree of depth 5 on each pool (31 each).
-        assert_eq!(count(1, "trace_edges::plain_tree::{{closure}}"), 8 * 15 + 7 + 31);
+        assert_eq!(
+            count(1, "trace_edges::plain_tree::{{closure}}"),
+            8 * 15 + 7 + 31
+        );
         assert_eq!(count(2, "trace_edges::plain_tree::{{closure}}"), 31);
         let panicked = jobs(&trace)
             .iter()
@@ -320,7 +337,10 @@ fn mixed_calls_under_tracing_record_each_job_once_and_nest() {
                         .starts_with("trace_edges::mixed_calls")
             })
             .count();
-        assert_eq!(panicked, 2, "the panicking b's span, and the cross join's b, once each");
+        assert_eq!(
+            panicked, 2,
+            "the panicking b's span, and the cross join's b, once each"
+        );
     });
 }
 
@@ -413,7 +433,9 @@ fn a_finished_pools_file_is_whole_while_other_pools_finish() {
             })
             .collect();
         for t in threads {
-            t.join().unwrap().expect("the file read whole after its pool finished");
+            t.join()
+                .unwrap()
+                .expect("the file read whole after its pool finished");
         }
     });
 }

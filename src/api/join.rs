@@ -4,8 +4,7 @@
 //! (`base::half_stack`), *private*: only the joiner's thread can see it, and `a` runs inline as
 //! part of the current job; then the joiner takes `b` back and runs it inline too. That fast
 //! path writes no shared state at all. While another worker is idle (`Sleep::idle_count`),
-//! every join makes the thread's oldest private half public, where it lies, until one waits
-//! unclaimed per idle worker; whoever claims a public half (a thief, or this thread
+//! every join makes the thread's oldest private half public, where it lies; whoever claims a public half (a thief, or this thread
 //! helping deeper in its stack) admits it, or runs it as part of its job, or leaves it where it
 //! is for its job (see [`JoinJob`]). The joiner of a public half takes it back if no one
 //! claimed it; it never blocks: while a taker runs `b` it runs other admitted jobs.

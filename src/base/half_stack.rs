@@ -310,16 +310,6 @@ impl HalfOwner {
         true
     }
 
-    /// How many public halves no taker has claimed: a hint, as a taker may claim one at any
-    /// moment.
-    #[inline]
-    pub fn unclaimed_public(&self) -> usize {
-        // Relaxed: a hint for whether to promote another half; a claim or take-back goes
-        // through its own read-modify-write on `ends`.
-        let head = head_of(self.stack.ends.load(Ordering::Relaxed));
-        self.split.get().saturating_sub(head)
-    }
-
     /// Makes every public half in `[slot, split)` private again, if no taker claimed any of
     /// them (that is, `slot` itself); returns whether it did.
     pub fn retract_to(&self, slot: usize) -> bool {

@@ -240,10 +240,9 @@ impl WorkerThread {
     }
 
     /// A join found the idle count above zero: a join gives this worker a private half of its
-    /// own, work another one could take, so it is busy; then, if another worker is idle with
-    /// no unclaimed public half of this thread for it ([`WorkerThread::serve_idle`]), promotes
-    /// its oldest private half (it may be the one just kept; whether one was promoted does not
-    /// matter here: the joiner runs `a` either way).
+    /// own, work another one could take, so it is busy; then, if another worker is idle,
+    /// promotes its oldest private half (it may be the one just kept; whether one was
+    /// promoted does not matter here: the joiner runs `a` either way).
     #[cold]
     #[inline(never)]
     pub fn idle_at_join(&self) {
@@ -305,13 +304,12 @@ impl WorkerThread {
         unsafe { &*self.sleep }.not_idle();
     }
 
-    /// How many workers other than this one are counted idle (this one may be, in a wait that
+    /// Whether a worker other than this one is counted idle (this one may be, in a wait that
     /// runs a half of its own: it must not promote halves for itself).
     #[inline]
-    fn others_idle(&self) -> usize {
+    fn others_idle(&self) -> bool {
         // SAFETY: the sleep state lives in the registry, which this worker's `Arc` keeps alive.
-        let idle = unsafe { &*self.sleep }.idle_count();
-        idle.saturating_sub(usize::from(self.counted_idle.get()))
+        unsafe { &*self.sleep }.idle_count() > usize::from(self.counted_idle.get())
     }
 
     /// The joiner of the half in `slot` is done with `a`: takes it back and returns true if it
@@ -333,13 +331,11 @@ impl WorkerThread {
         self.halves.release_taken(slot);
     }
 
-    /// Promotes the oldest private half if fewer of this thread's public halves wait unclaimed
-    /// than other workers are idle: one for each idle worker is enough to keep them all
-    /// busy, and every promotion past that costs the joiner a read-modify-write now and a
-    /// compare-and-swap at its take-back. Returns whether it promoted one.
+    /// If another worker is idle, promotes the oldest private half. Returns whether it
+    /// promoted one.
     #[inline]
     pub(super) fn serve_idle(&self) -> bool {
-        self.halves.unclaimed_public() < self.others_idle() && self.promote_oldest()
+        self.others_idle() && self.promote_oldest()
     }
 
     /// Makes the oldest private half public, and announces it. Returns whether there was one.

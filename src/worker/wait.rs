@@ -205,8 +205,7 @@ impl WorkerThread {
     }
 
     /// Sleeps until woken, as `policy` sleeps: a waiter by the rule is counted idle, so every
-    /// busy worker promotes a half at its next join unless one of its halves waits public
-    /// already (announced when it was promoted), and that promotion wakes a sleeper
+    /// busy worker promotes a half at its next join, and that promotion wakes a sleeper
     /// (`promote_oldest`: no private work outlives every awake thief); it sleeps until new work
     /// or `done`; a waiter for its own items sleeps aside. Either wakes for a
     /// half of its own that a taker declined (`has_declined_half`): the taker wakes it by

@@ -5,8 +5,8 @@
 mod common;
 
 mod basics;
-mod halves_for_an_idle_worker_after_its_first;
 mod context_and_yield;
+mod halves_for_an_idle_worker_after_its_first;
 mod halves_run_by_waits;
 mod lazy;
 mod split_stack_edges;
