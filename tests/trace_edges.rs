@@ -120,6 +120,7 @@ fn name_of<T>(_: &T) -> &'static str {
 
 /// Spawns a closure made in a generic function (`T` only shapes its type name), on `pool`;
 /// returns the closure's type name.
+#[allow(clippy::extra_unused_type_parameters)] // `T` is the point: it is in the closure's name
 fn spawn_in_generic<T>(pool: &ThreadPool, done: Arc<AtomicUsize>) -> &'static str {
     let f = move || {
         done.fetch_add(1, Ordering::SeqCst);
@@ -129,6 +130,8 @@ fn spawn_in_generic<T>(pool: &ThreadPool, done: Arc<AtomicUsize>) -> &'static st
     name
 }
 
+/// As [`spawn_in_generic`], with a scope spawn.
+#[allow(clippy::extra_unused_type_parameters)] // as above
 fn scope_spawn_in_generic<T>(pool: &ThreadPool) -> &'static str {
     let f = |_: &treepool::Scope<'_>| {};
     let name = name_of(&f);

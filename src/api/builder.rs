@@ -513,8 +513,15 @@ impl<S: ThreadSpawn> ThreadPoolBuilder<S> {
                 _ => return Ok(None),
             },
         };
-        let started = num_threads - usize::from(self.use_current_thread);
-        Ok(Some(PoolTrace::new(path, num_threads, started, events)))
+        // The threads that drain the pool once it is dropped, the last of which writes the
+        // file: the ones it starts, and a one-thread pool's borrowed thread
+        // (`borrowed::leave_terminated`).
+        let draining = if num_threads == 1 {
+            1
+        } else {
+            num_threads - usize::from(self.use_current_thread)
+        };
+        Ok(Some(PoolTrace::new(path, num_threads, draining, events)))
     }
 
     /// The workers' names, if `thread_name` was given; a name std would refuse is an error.

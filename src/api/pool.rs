@@ -177,9 +177,6 @@ impl Drop for ThreadPool {
     fn drop(&mut self) {
         self.registry.terminate();
         borrowed::release();
-        if let Some(trace) = self.registry.trace() {
-            trace.dropped();
-        }
     }
 }
 

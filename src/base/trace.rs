@@ -107,7 +107,8 @@ const CLOSED: u8 = 2;
 /// good, so the two never touch the cells at once.
 pub struct Ring {
     state: AtomicU8,
-    slots: Box<[UnsafeCell<MaybeUninit<Event>>]>,
+    /// Emptied when the ring closes, so a finished pool's trace keeps only its rendered text.
+    slots: UnsafeCell<Box<[UnsafeCell<MaybeUninit<Event>>]>>,
     /// Events recorded so far (the next one goes to `written % slots.len()`).
     written: UnsafeCell<u64>,
 }
@@ -122,9 +123,11 @@ impl Ring {
     fn new(capacity: usize) -> Self {
         Ring {
             state: AtomicU8::new(FREE),
-            slots: (0..capacity)
-                .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
-                .collect(),
+            slots: UnsafeCell::new(
+                (0..capacity)
+                    .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
+                    .collect(),
+            ),
             written: UnsafeCell::new(0),
         }
     }
@@ -143,8 +146,9 @@ impl Ring {
         // SAFETY: BUSY gives this thread the cells alone (the type's doc).
         unsafe {
             let written = &mut *self.written.get();
-            let slot = (*written % self.slots.len() as u64) as usize;
-            (*self.slots[slot].get()).write(event);
+            let slots = &*self.slots.get();
+            let slot = (*written % slots.len() as u64) as usize;
+            (*slots[slot].get()).write(event);
             *written += 1;
         }
         // Release: the writer that closes the ring next sees this event.
@@ -165,14 +169,16 @@ impl Ring {
                 Err(_) => std::thread::yield_now(),
             }
         }
-        // SAFETY: CLOSED gives this thread the cells for good; the slots below `written` (at
-        // most `len` of them) were written.
+        // SAFETY: CLOSED gives this thread the cells for good (a push refuses a closed ring, so
+        // the slots taken out here are never touched again); the slots below `written` (at most
+        // `len` of them) were written.
         unsafe {
             let written = *self.written.get();
-            let len = self.slots.len() as u64;
+            let slots = std::mem::take(&mut *self.slots.get());
+            let len = slots.len() as u64;
             let kept = written.min(len);
             let events = (written - kept..written)
-                .map(|i| (*self.slots[(i % len) as usize].get()).assume_init())
+                .map(|i| (*slots[(i % len) as usize].get()).assume_init())
                 .collect();
             (events, written - kept)
         }
@@ -205,6 +211,24 @@ struct TraceFile {
     pools: Mutex<Vec<Arc<PoolTrace>>>,
 }
 
+/// `path` with its directory resolved (`dir/../dir/t.json` and `./t.json` name one file, and the
+/// pools traced there go into it together); as given if the directory cannot be resolved (the
+/// write then reports why).
+fn one_spelling(path: PathBuf) -> PathBuf {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return path;
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        std::path::Path::new(".")
+    } else {
+        dir
+    };
+    match std::fs::canonicalize(dir) {
+        Ok(dir) => dir.join(name),
+        Err(_) => path,
+    }
+}
+
 /// Every trace file of the process.
 static FILES: Mutex<Vec<Arc<TraceFile>>> = Mutex::new(Vec::new());
 
@@ -213,12 +237,15 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl PoolTrace {
-    /// The trace of a new pool of `threads` workers, `running` of them threads that the pool
-    /// started (they call [`PoolTrace::worker_exited`]), keeping `events` per worker, written to
-    /// `path` with the other pools traced there.
+    /// The trace of a new pool of `threads` workers, `running` of them threads that drain the
+    /// pool once it is dropped and then call [`PoolTrace::worker_exited`] (the threads it
+    /// started, or a one-thread pool's borrowed thread), keeping `events` per worker, written to
+    /// `path` with the other pools traced there. A pool's file is written when its last
+    /// draining thread is done, and at process exit for every pool not written by then.
     pub fn new(path: PathBuf, threads: usize, running: usize, events: usize) -> Arc<Self> {
         EPOCH.get_or_init(Instant::now);
         at_exit_once();
+        let path = one_spelling(path);
         let file = {
             let mut files = lock(&FILES);
             match files.iter().find(|f| f.path == path) {
@@ -261,16 +288,6 @@ impl PoolTrace {
         // AcqRel: the last one sees every other's exit (their records are under the rings'
         // own ordering anyway).
         if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.finish();
-        }
-    }
-
-    /// The pool was dropped: writes its file now if it has no worker thread of its own (every
-    /// worker borrowed), else leaves that to its last worker thread. Never waits: a drop must
-    /// not wait for the pool's queued work, which may wait for the dropping thread.
-    pub fn dropped(&self) {
-        // Acquire: pairs with `worker_exited`.
-        if self.running.load(Ordering::Acquire) == 0 {
             self.finish();
         }
     }
@@ -341,13 +358,26 @@ impl TraceFile {
              \"otherData\":{{\"format\":\"treepool-trace 1\",\"dropped\":{{{}}}}}}}\n",
             dropped.join(",")
         );
-        if let Err(err) = std::fs::write(&self.path, text) {
+        if let Err(err) = self.replace_with(&text) {
             let _ = writeln!(
                 std::io::stderr(),
                 "treepool: cannot write the trace file {}: {err}",
                 self.path.display()
             );
         }
+    }
+}
+
+impl TraceFile {
+    /// Writes `text` beside the file, then renames it over the file: a reader sees the old file
+    /// or the new one, whole, never one cut short.
+    fn replace_with(&self, text: &str) -> std::io::Result<()> {
+        let mut beside = self.path.clone().into_os_string();
+        beside.push(format!(".{}.tmp", std::process::id()));
+        std::fs::write(&beside, text)?;
+        std::fs::rename(&beside, &self.path).inspect_err(|_| {
+            let _ = std::fs::remove_file(&beside);
+        })
     }
 }
 
@@ -480,9 +510,13 @@ fn generic_args(name: &'static str) -> Option<Vec<&'static str>> {
     let mut depth = 0;
     let mut args = Vec::new();
     let mut start = open + 1;
+    let mut prev = ' ';
     for (i, c) in name.char_indices().skip_while(|&(i, _)| i < open) {
+        let after = std::mem::replace(&mut prev, c);
         match c {
             '<' => depth += 1,
+            // The arrow of a function type (`fn() -> u8`) closes nothing.
+            '>' if after == '-' => {}
             '>' => {
                 depth -= 1;
                 if depth == 0 {

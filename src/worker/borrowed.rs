@@ -94,6 +94,10 @@ fn leave_terminated(worker: Box<WorkerThread>) {
         // past the reset below.
         worker.drain();
         set_current_worker(std::ptr::null());
+        if let Some(trace) = worker.registry().trace() {
+            // The pool's one draining thread is done: it writes the trace file.
+            trace.worker_exited();
+        }
     }
 }
 
