@@ -259,9 +259,16 @@ where
     };
     worker.publish_through(slot);
     let result_a = JobResult::call(a);
-    let result_b = match worker.take_back_half(slot) {
-        Back::Private => job_b.run_inline(worker),
-        back => public_half(worker, &job_b, slot, back),
+    // Unclaimed, the newest public half comes back inline, as `public_half` takes a
+    // `Back::Retracted` one; else the general take-back.
+    let result_b = if worker.take_back_newest_public(slot) {
+        worker.runs_its_last_half();
+        job_b.run_inline(worker)
+    } else {
+        match worker.take_back_half(slot) {
+            Back::Private => job_b.run_inline(worker),
+            back => public_half(worker, &job_b, slot, back),
+        }
     };
     join_values(result_a, result_b)
 }

@@ -114,8 +114,8 @@ impl HalfStack {
     /// about to sleep).
     pub fn has_public(&self) -> bool {
         // SeqCst fence, then the load: a sleeping thief's look (after its SeqCst count in
-        // `Sleep::sleepers`) pairs with the owner's SeqCst promotion and the fence of its
-        // `Sleep::new_work`, so one of the two sees the other; the fence makes that hold in
+        // `Sleep::sleepers`) pairs with the owner's SeqCst promotion and its SeqCst look at the
+        // sleepers (`Sleep::new_work_after_seqcst_rmw`), so one of the two sees the other; the fence makes that hold in
         // loom's model too, which orders SeqCst fences, not SeqCst loads. Relaxed load: ordered
         // by the fence.
         fence(Ordering::SeqCst);
@@ -303,15 +303,30 @@ impl HalfOwner {
             return false;
         }
         // SeqCst, as it pairs with a sleeping thief: the caller then announces new work
-        // (`Sleep::new_work`), whose fence orders this write before its look at the sleepers.
+        // (`Sleep::new_work_after_seqcst_rmw`), whose SeqCst look at the sleepers follows this
+        // write in the single total order.
         // The release part publishes the slot (pairs with `steal`'s acquire).
         self.stack.ends.fetch_add(1, Ordering::SeqCst);
         self.split.set(split + 1);
         true
     }
 
+    /// [`HalfOwner::take_back`]'s path for a half made public at its push (`join_context`'s):
+    /// if the half in `slot` is the newest public one and no taker claimed it, frees the slot
+    /// and returns true (as `Back::Retracted`); else changes nothing.
+    #[inline]
+    pub fn take_back_newest_public(&self, slot: usize) -> bool {
+        debug_assert_eq!(self.top.get(), slot + 1);
+        if self.split.get() == slot + 1 && self.retract_to(slot) {
+            self.top.set(slot);
+            return true;
+        }
+        false
+    }
+
     /// Makes every public half in `[slot, split)` private again, if no taker claimed any of
     /// them (that is, `slot` itself); returns whether it did.
+    #[inline]
     pub fn retract_to(&self, slot: usize) -> bool {
         let split = self.split.get();
         debug_assert!(slot < split);

@@ -28,14 +28,16 @@
 //! A thread that makes work available calls [`Sleep::new_work`] after publishing it: if anyone
 //! counts as a sleeper it bumps `announcements` and wakes one blocked worker. A worker that
 //! pushed to its own deque calls [`Sleep::new_local_work`], the same without the fence (see
-//! there why a missed sleeper is harmless then). A thread that sets a latch calls
+//! there why a missed sleeper is harmless then). A thread that published with a SeqCst
+//! read-modify-write (a promoted half) calls [`Sleep::new_work_after_seqcst_rmw`], also without
+//! the fence, and missing no sleeper (see there why). A thread that sets a latch calls
 //! [`Sleep::wake_worker`] for the latch's owner. Neither takes the mutex of a worker whose
 //! `asleep` flag is down: a hot path (every spawn pushes, every loan returned across threads
 //! wakes its spawner) never blocks on a lock that a worker settling into sleep holds.
 //!
 //! No lost wake-up:
-//! * work: the SeqCst `sleepers` increment and the SeqCst fence in `new_work` order the two
-//!   sides, so either the sleeper's step-1 check sees the work, or the announcer sees the
+//! * work: the SeqCst `sleepers` increment and the SeqCst fence in `new_work` (or the
+//!   publisher's SeqCst read-modify-write) order the two sides, so either the sleeper's step-1 check sees the work, or the announcer sees the
 //!   sleeper. Then the announcer's `announcements` increment and the sleeper's flag (each
 //!   SeqCst, each followed by a SeqCst fence and a load of the other) are the same
 //!   store-fence-load handshake: either the sleeper's step-2 load sees the announcement, or the
@@ -188,6 +190,24 @@ impl Sleep {
         if has_work() {
             self.new_work();
         }
+    }
+
+    /// Work was published by a SeqCst read-modify-write (a promoted half: `HalfOwner::promote`'s
+    /// `fetch_add` on its split stack's ends): wakes a sleeper if there is one, never missing
+    /// one, as [`Sleep::new_work`] does, without its fence.
+    ///
+    /// No fence is needed: the caller's SeqCst write W and this SeqCst load L of `sleepers`
+    /// are in the single total order S, W before L. A sleeper counts itself in (T, SeqCst),
+    /// fences (X, SeqCst) and loads the word (R). If R missed W, R is coherence-ordered before
+    /// W, so X precedes W in S (C++20 [atomics.order]/4.3); if L missed T, L precedes T in S
+    /// (4.1); with T before X (sequenced) that is W < L < T < X < W, a cycle. Loom models SeqCst
+    /// accesses as acquire/release, not as members of S, so under loom the fence stays, and the
+    /// models check the rest of the protocol.
+    #[inline]
+    pub fn new_work_after_seqcst_rmw(&self) {
+        #[cfg(loom)]
+        fence(Ordering::SeqCst);
+        self.announce();
     }
 
     /// Work was pushed to the calling worker's own deque: wakes a sleeper to steal it if one is

@@ -257,7 +257,7 @@ impl WorkerThread {
             self.bump(Counter::Promotions);
             self.trace_promote();
         }
-        self.registry.sleep.new_work();
+        self.registry.sleep.new_work_after_seqcst_rmw();
     }
 
     /// Counts this worker in its pool's idle count, if it is not counted yet: it found no work
@@ -280,9 +280,16 @@ impl WorkerThread {
     /// (most of a fine-grained tree's) leaves the count again at once; one that runs long
     /// without joining (a coarse leaf) has other workers publish their halves meanwhile, so
     /// that this worker finds one when it runs dry.
+    #[inline]
+    pub fn runs_its_last_half(&self) {
+        if !self.counted_idle.get() {
+            self.count_idle_if_out_of_work();
+        }
+    }
+
     #[cold]
     #[inline(never)]
-    pub fn runs_its_last_half(&self) {
+    fn count_idle_if_out_of_work(&self) {
         if !self.halves.has_private() && self.deque.is_empty() {
             self.count_idle();
         }
@@ -319,6 +326,14 @@ impl WorkerThread {
         self.halves.take_back_private(slot)
     }
 
+    /// The joiner of the half in `slot`, made public at its push, is done with `a`: takes it
+    /// back and returns true if it is the newest public half and unclaimed; else changes
+    /// nothing (see [`HalfOwner::take_back_newest_public`]).
+    #[inline]
+    pub fn take_back_newest_public(&self, slot: usize) -> bool {
+        self.halves.take_back_newest_public(slot)
+    }
+
     /// The joiner of the half in `slot` is done with `a`: where the half is now (see
     /// [`HalfOwner::take_back`]).
     #[inline]
@@ -348,7 +363,7 @@ impl WorkerThread {
         self.trace_promote();
         // The thread that asked may be settling into sleep, and missing it would leave it
         // asleep while this thread's remaining halves stay private (a sleeper asks no more).
-        self.registry.sleep.new_work();
+        self.registry.sleep.new_work_after_seqcst_rmw();
         true
     }
 

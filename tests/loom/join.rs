@@ -35,17 +35,25 @@
 //!   place, private or public and retracted (`place`, `retract_to`, as
 //!   `run_half_of_current_job` does), the claim first or last; a half run in place is then
 //!   taken back `Private`, and its joiner does not run it again;
+//! * model E, `an_eager_half_taken_back_newest_first_runs_once_when_its_taker_{admits,declines}_it`:
+//!   model A's joins as `join_context` makes them (`join_eagerly`): taken back by
+//!   `take_back_newest_public` first, then, if that did not free the slot, `take_back`;
 //! * model D, `a_thief_that_asked_before_sleeping_is_woken_by_the_promotion`: the real
 //!   [`Sleep`] with its idle count: a thief counts itself idle (`Sleep::idle`) and sleeps
 //!   until a half is public ([`HalfStack::has_public`]), then claims it; the owner, which goes
 //!   on joining, sees the idle count at a join and promotes as `WorkerThread::promote_oldest`
-//!   does (`promote`, then `Sleep::new_work`), and waits in its `a` for the thief to run the half. A lost wake-up
+//!   does (`promote`, then `Sleep::new_work_after_seqcst_rmw`), and waits in its `a` for the
+//!   thief to run the half. A lost wake-up
 //!   leaves the thief blocked forever and the owner waiting, which loom reports when the
 //!   owner's wait reaches its branch limit ("Model exceeded maximum number of branches": a
 //!   deadlock proper, the owner blocked too, would abort the test binary, as loom's report
-//!   panics again while unwinding). With `Sleep::new_local_work` (no fence) in place of
-//!   `new_work` it fails so (`a_thief_that_asked_before_sleeping_is_not_woken_without_the_fence`,
-//!   `#[should_panic]`): that is why a promotion, unlike a push to a worker's own deque, fences.
+//!   panics again while unwinding). With `Sleep::new_local_work` in place of it it fails so
+//!   (`a_thief_that_asked_before_sleeping_is_not_woken_without_the_fence`, `#[should_panic]`).
+//!   Under loom `new_work_after_seqcst_rmw` fences before its load of the sleepers: loom
+//!   treats SeqCst accesses as acquire/release, so the promotion's SeqCst RMW and that load
+//!   alone, which order the two sides in C++20's single total order (the argument is at
+//!   `Sleep::new_work_after_seqcst_rmw`), are beyond what it can check; the model checks the
+//!   rest of the handshake.
 //!
 //! Each model checks that every half joined runs exactly once; that a taker gets, with the
 //! slot it claimed, the address its joiner pushed there for the join in progress (each join
@@ -53,13 +61,13 @@
 //! one of an earlier join of the slot ("a stale address"); and that the owner sees every
 //! result: a half's result is a loom `UnsafeCell` that its runner writes and its joiner reads,
 //! so a missing happens-before edge, or a half run twice, is a causality violation. Bounds:
-//! preemption bound 5 for model A, 6 for B and C (each a few seconds), none for D.
+//! preemption bound 5 for models A and E, 6 for B and C (each a few seconds), none for D.
 //!
 //! # Shown to fail
 //!
 //! The driver is generic over [`Owner`] and [`Takers`], which the real types implement, and so
 //! does `broken::BrokenOwner`, a copy of the protocol (its debug assertions left out) with one
-//! breakage chosen by a const parameter. The copy without a breakage passes models A to C
+//! breakage chosen by a const parameter. The copy without a breakage passes models A to C and E
 //! (`broken::the_faithful_copy_passes_*`); each breakage fails a model (`broken::*`,
 //! `#[should_panic]`, with any preemption bound from 2 up):
 //!
@@ -70,6 +78,7 @@
 //! * `TAKE_BACK_BY_LOAD` (model A): the owner takes a public half back by a load and a store
 //!   of `ends`, not a CAS: a taker's claim between the two is lost, and both run the half
 //!   ("Causality violation: Concurrent write accesses to `UnsafeCell`", the half's result);
+//!   model E fails so too, through `take_back_newest_public`;
 //! * `RELEASE_KEEPS_HEAD` (model B): `release_taken` moves `split` down but leaves `head`: the
 //!   next join in the slot is promoted below `head`, no taker can claim it, and its joiner,
 //!   told `Taken`, waits forever ("Model exceeded maximum number of branches");
@@ -89,7 +98,7 @@
 //! `tests/loom/tokens.rs`). One taker thread stands for every thief (in model C the owner's
 //! own claims race it): claims are one CAS on one word, so more thieves add interleavings of
 //! the same kind. In model D the thief's look is [`HalfStack::has_public`], a SeqCst fence and
-//! a load, which pairs with the owner's SeqCst promotion and `Sleep::new_work`'s fence (with a
+//! a load, which pairs with the owner's SeqCst promotion and its look at the sleepers (with a
 //! Relaxed load and no fence there the model loses the wake-up).
 
 use std::cell::Cell;
@@ -113,6 +122,7 @@ trait Owner: 'static {
     fn push(&self, half: *const ()) -> Option<usize>;
     fn promote(&self) -> bool;
     fn take_back(&self, slot: usize) -> Back;
+    fn take_back_newest_public(&self, slot: usize) -> bool;
     fn release_taken(&self, slot: usize);
     fn retract_to(&self, slot: usize) -> bool;
     fn place(&self, slot: usize) -> Place;
@@ -143,6 +153,9 @@ impl Owner for HalfOwner {
     }
     fn take_back(&self, slot: usize) -> Back {
         HalfOwner::take_back(self, slot)
+    }
+    fn take_back_newest_public(&self, slot: usize) -> bool {
+        HalfOwner::take_back_newest_public(self, slot)
     }
     fn release_taken(&self, slot: usize) {
         HalfOwner::release_taken(self, slot)
@@ -289,6 +302,9 @@ struct Joiner<'a, O: Owner> {
     halves: &'a Halves,
     /// Halves a wait of their job ran in place (retracted): their joiner does not run them.
     ran_here: [Cell<bool>; HALVES],
+    /// Joins take their half back as `join_context`'s do (`join_eagerly`): the newest public
+    /// half first (`take_back_newest_public`), else as any join.
+    eager: Cell<bool>,
 }
 
 impl<'a, O: Owner> Joiner<'a, O> {
@@ -297,6 +313,7 @@ impl<'a, O: Owner> Joiner<'a, O> {
             owner: O::new(stack),
             halves,
             ran_here: Default::default(),
+            eager: Cell::new(false),
         }
     }
 
@@ -312,7 +329,12 @@ impl<'a, O: Owner> Joiner<'a, O> {
         halves.slot_of[h].store(slot, Ordering::Relaxed);
         serve(&self.owner);
         a();
-        match self.owner.take_back(slot) {
+        let back = if self.eager.get() && self.owner.take_back_newest_public(slot) {
+            Back::Retracted
+        } else {
+            self.owner.take_back(slot)
+        };
+        match back {
             Back::Private | Back::Last | Back::Retracted => {
                 if !self.ran_here[h].get() {
                     halves.run(h);
@@ -425,6 +447,16 @@ fn join_while_taken<O: Owner>() {
     });
 }
 
+/// Model E: model A's joins as `join_context` makes them: each half public at its push, and
+/// taken back newest public first.
+fn eager_nested_then_reused<O: Owner>(admit: bool) {
+    against_a_taker::<O>(Some(5), admit, |j| {
+        j.eager.set(true);
+        j.join(0, promote, || j.join(1, promote, || {}, || {}), || {});
+        j.join(2, promote, || {}, || {});
+    });
+}
+
 /// Model C: half 0's join, promoted, whose `a` joins half 1, promoted, whose `a` waits for
 /// two rounds, then one more: each round runs one of the owner's halves if it can, claimed as a
 /// thief would first (`claim_first`), else in place first.
@@ -453,6 +485,16 @@ fn a_public_half_runs_once_when_its_taker_admits_it() {
 #[test]
 fn a_public_half_runs_once_when_its_taker_declines_it() {
     nested_then_reused::<HalfOwner>(false);
+}
+
+#[test]
+fn an_eager_half_taken_back_newest_first_runs_once_when_its_taker_admits_it() {
+    eager_nested_then_reused::<HalfOwner>(true);
+}
+
+#[test]
+fn an_eager_half_taken_back_newest_first_runs_once_when_its_taker_declines_it() {
+    eager_nested_then_reused::<HalfOwner>(false);
 }
 
 #[test]
@@ -527,7 +569,7 @@ fn thief_asks_then_sleeps<O: Owner>(announce: fn(&Sleep)) {
 
 #[test]
 fn a_thief_that_asked_before_sleeping_is_woken_by_the_promotion() {
-    thief_asks_then_sleeps::<HalfOwner>(Sleep::new_work);
+    thief_asks_then_sleeps::<HalfOwner>(Sleep::new_work_after_seqcst_rmw);
 }
 
 #[test]
@@ -663,6 +705,14 @@ mod broken {
             }
         }
 
+        fn take_back_newest_public(&self, slot: usize) -> bool {
+            if self.split.get() == slot + 1 && self.retract_to(slot) {
+                self.top.set(slot);
+                return true;
+            }
+            false
+        }
+
         fn release_taken(&self, slot: usize) {
             if B == FREES_TAKEN_AT_ONCE {
                 return;
@@ -743,11 +793,23 @@ mod broken {
         }
     }
 
-    use super::{join_while_taken, nested_then_reused, wait_runs_own};
+    use super::{eager_nested_then_reused, join_while_taken, nested_then_reused, wait_runs_own};
 
     #[test]
     fn the_faithful_copy_passes_model_a() {
         nested_then_reused::<BrokenOwner<FAITHFUL>>(true);
+    }
+
+    #[test]
+    fn the_faithful_copy_passes_model_e() {
+        eager_nested_then_reused::<BrokenOwner<FAITHFUL>>(true);
+        eager_nested_then_reused::<BrokenOwner<FAITHFUL>>(false);
+    }
+
+    #[test]
+    #[should_panic(expected = "Concurrent write accesses to `UnsafeCell`")]
+    fn an_eager_take_back_by_a_load_and_a_store_runs_a_half_twice() {
+        eager_nested_then_reused::<BrokenOwner<TAKE_BACK_BY_LOAD>>(true);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Rayon programs in the shapes rayon-demo times (n-body, game of life, a sieve, sorts, collect,
-//! find_first, string splits, walk_tree, join-based quicksort, matrix product and fib), written
-//! on rayon's public API only, so the same source runs on the real rayon-core and, patched, on
-//! treepool.
+//! find_first, one element a split (`increment_all_max`), string splits, walk_tree, join-based
+//! quicksort, matrix product and fib), written on rayon's public API only, so the same source
+//! runs on the real rayon-core and, patched, on treepool.
 //!
 //! `BIN PROGRAM ITERS` runs PROGRAM once untimed (inputs are built then, outside the timings),
 //! then ITERS times, and prints `key=value` lines: the result (a checksum every run must
@@ -36,6 +36,7 @@ const PROGRAMS: &[(&str, Program)] = &[
     ("par_sort_unstable", par_sort_unstable),
     ("collect", collect),
     ("find_first", find_first),
+    ("increment_all_max", increment_all_max),
     ("str_split", str_split),
     ("walk_tree", walk_tree),
     ("quicksort_join", quicksort_join),
@@ -339,6 +340,16 @@ fn find_first() -> u64 {
         .enumerate()
         .find_first(|&(_, &x)| x == needle);
     found.expect("the needle is in the haystack").0 as u64
+}
+
+/// rayon-demo's `join_microbench::increment_all_max`: one element a split, so the time is
+/// nearly all `join_context`'s own cost (100,000 leaves, about as many joins).
+fn increment_all_max() -> u64 {
+    let mut v: Vec<u64> = (0..100_000).collect();
+    v.par_iter_mut()
+        .with_max_len(1)
+        .for_each(|x| *x = x.wrapping_mul(3).wrapping_add(1));
+    v.iter().fold(0, |acc, &x| acc.wrapping_add(x))
 }
 
 static TEXT: LazyLock<String> = LazyLock::new(|| {
