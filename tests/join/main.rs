@@ -6,6 +6,7 @@ mod common;
 
 mod basics;
 mod context_and_yield;
+mod context_take_back;
 mod halves_for_an_idle_worker_after_its_first;
 mod halves_run_by_waits;
 mod lazy;
