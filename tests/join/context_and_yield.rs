@@ -232,18 +232,7 @@ fn join_context_offers_b_at_once() {
     watchdog(60, || {
         let pool = pool(2, 4);
         let barrier = std::sync::Barrier::new(2);
-        let (a, b) = pool.install(|| {
-            treepool::join_context(
-                |a| {
-                    barrier.wait();
-                    a.migrated()
-                },
-                |b| {
-                    barrier.wait();
-                    b.migrated()
-                },
-            )
-        });
+        let (a, b) = pool.install(|| crate::context_take_back::migrated_at_a_barrier(&barrier));
         assert!(!a && b, "a {a}, b {b}");
         assert_peak_bounds(&pool.stats(), 4);
         settle([&pool]);

@@ -22,6 +22,21 @@ fn scale(n: usize) -> usize {
     }
 }
 
+/// rayon-core's `join_context_second`: `a` and `b` meet at `barrier` (of 2), so `b` must run on
+/// another thread while `a` waits; each says whether it migrated.
+pub(crate) fn migrated_at_a_barrier(barrier: &Barrier) -> (bool, bool) {
+    treepool::join_context(
+        |a| {
+            barrier.wait();
+            a.migrated()
+        },
+        |b| {
+            barrier.wait();
+            b.migrated()
+        },
+    )
+}
+
 /// Runs `f` under `levels` nested plain joins (private halves below the `join_context`).
 fn under_plain_joins<R: Send>(levels: u32, f: impl FnOnce() -> R + Send) -> R {
     if levels == 0 {
@@ -129,18 +144,7 @@ fn a_waiting_for_b_elsewhere_never_hangs() {
             for round in 0..scale(2000) {
                 let barrier = Barrier::new(2);
                 let below = (round % 4) as u32;
-                let body = || {
-                    treepool::join_context(
-                        |a| {
-                            barrier.wait();
-                            a.migrated()
-                        },
-                        |b| {
-                            barrier.wait();
-                            b.migrated()
-                        },
-                    )
-                };
+                let body = || migrated_at_a_barrier(&barrier);
                 let (a, b) = x.install(|| {
                     if round % 2 == 0 {
                         under_plain_joins(below, body)
@@ -370,18 +374,7 @@ fn traced_join_context_trees_and_barriers() {
         for round in 0..scale(300) {
             assert_eq!(x.install(|| split(8)), 256, "round {round}");
             let barrier = Barrier::new(2);
-            let (a, b) = x.install(|| {
-                treepool::join_context(
-                    |a| {
-                        barrier.wait();
-                        a.migrated()
-                    },
-                    |b| {
-                        barrier.wait();
-                        b.migrated()
-                    },
-                )
-            });
+            let (a, b) = x.install(|| migrated_at_a_barrier(&barrier));
             assert!(!a && b, "round {round}");
         }
         settle([&x]);
@@ -459,16 +452,7 @@ fn a_sleeping_thief_is_woken_by_join_contexts_promotion() {
                 let (a, b) = x.install(|| {
                     under_plain_joins((round % 3) as u32, || {
                         until_the_others_sleep(name, threads);
-                        treepool::join_context(
-                            |a| {
-                                barrier.wait();
-                                a.migrated()
-                            },
-                            |b| {
-                                barrier.wait();
-                                b.migrated()
-                            },
-                        )
+                        migrated_at_a_barrier(&barrier)
                     })
                 });
                 assert!(!a && b, "threads {threads} round {round}: a {a}, b {b}");
