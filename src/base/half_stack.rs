@@ -115,9 +115,9 @@ impl HalfStack {
     pub fn has_public(&self) -> bool {
         // SeqCst fence, then the load: a sleeping thief's look (after its SeqCst count in
         // `Sleep::sleepers`) pairs with the owner's SeqCst promotion and its SeqCst look at the
-        // sleepers (`Sleep::new_work_after_seqcst_rmw`), so one of the two sees the other; the fence makes that hold in
-        // loom's model too, which orders SeqCst fences, not SeqCst loads. Relaxed load: ordered
-        // by the fence.
+        // sleepers (`Sleep::new_work_after_seqcst_rmw`), so one of the two sees the other; the
+        // fence makes that hold in loom's model too, which orders SeqCst fences, not SeqCst
+        // loads. Relaxed load: ordered by the fence.
         fence(Ordering::SeqCst);
         let ends = self.ends.load(Ordering::Relaxed);
         head_of(ends) < split_of(ends)

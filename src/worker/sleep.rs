@@ -37,11 +37,12 @@
 //!
 //! No lost wake-up:
 //! * work: the SeqCst `sleepers` increment and the SeqCst fence in `new_work` (or the
-//!   publisher's SeqCst read-modify-write) order the two sides, so either the sleeper's step-1 check sees the work, or the announcer sees the
-//!   sleeper. Then the announcer's `announcements` increment and the sleeper's flag (each
-//!   SeqCst, each followed by a SeqCst fence and a load of the other) are the same
-//!   store-fence-load handshake: either the sleeper's step-2 load sees the announcement, or the
-//!   announcer sees the flag up, takes the mutex, and finds the worker blocked (or gone);
+//!   publisher's SeqCst read-modify-write) order the two sides, so either the sleeper's step-1
+//!   check sees the work, or the announcer sees the sleeper. Then the announcer's
+//!   `announcements` increment and the sleeper's flag (each SeqCst, each followed by a SeqCst
+//!   fence and a load of the other) are the same store-fence-load handshake: either the
+//!   sleeper's step-2 load sees the announcement, or the announcer sees the flag up, takes the
+//!   mutex, and finds the worker blocked (or gone);
 //! * a latch: it is set, then a SeqCst fence, then the owner's flag is read; the owner raises
 //!   its flag, fences, then reads its latch. Either the owner sees the latch, or the setter sees
 //!   the flag up and takes the mutex, under which the owner is blocked or has left.
