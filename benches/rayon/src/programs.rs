@@ -34,6 +34,7 @@ const PROGRAMS: &[(&str, Program)] = &[
     ("sieve_chunks", sieve_chunks),
     ("par_sort", par_sort),
     ("par_sort_unstable", par_sort_unstable),
+    ("par_sort_unstable_by_key", par_sort_unstable_by_key),
     ("collect", collect),
     ("find_first", find_first),
     ("increment_all_max", increment_all_max),
@@ -283,6 +284,19 @@ fn par_sort_unstable() -> u64 {
     let mut v = UNSORTED.clone();
     v.par_sort_unstable();
     sorted_checksum(&v)
+}
+
+/// rayon-demo's `sort::par_sort_unstable_by_key` (which sorts `u32`s): 50,000 numbers sorted
+/// by their decimal strings, a `String` made and dropped at every comparison.
+fn par_sort_unstable_by_key() -> u64 {
+    static KEYED: LazyLock<Vec<u64>> = LazyLock::new(|| numbers(50_000, 17));
+    let mut v = KEYED.clone();
+    v.par_sort_unstable_by_key(ToString::to_string);
+    assert!(
+        v.windows(2).all(|w| w[0].to_string() <= w[1].to_string()),
+        "not sorted by key"
+    );
+    v[0] ^ v[v.len() / 2] ^ v[v.len() - 1]
 }
 
 fn quicksort_join() -> u64 {
