@@ -273,8 +273,7 @@ impl HalfOwner {
         }
         // Every slot above was taken back, so the public part ends here.
         debug_assert_eq!(self.split.get(), slot + 1);
-        if self.retract_to(slot) {
-            self.top.set(slot);
+        if self.take_back_newest_public(slot) {
             Back::Retracted
         } else {
             Back::Taken
