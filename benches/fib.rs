@@ -5,7 +5,9 @@
 //! and the cost of stealing small jobs. Groups `fib_<n>_t<threads>`, functions:
 //! * `treepool`, `rayon` (pools of `TREEPOOL_BENCH_THREADS` workers, default 2, one
 //!   `pool.install` per iteration) and `chili` (a chili pool of the same thread count, one
-//!   `pool.scope()` per iteration, see below);
+//!   `pool.scope()` per iteration, see below), and `chili_every_join`: the same chili pool with
+//!   every join through chili's own frame (`join_with_heartbeat_every::<1>`; see
+//!   `benches/join_tree.rs`: chili's `join` frames one join in 64 once its queue holds 3);
 //! * `sequential`;
 //! * fib(25) only: `treepool_1t`, `rayon_1t`, `chili_1t`, one-thread pools for the per-join
 //!   overhead `(1-thread pool time − sequential time) / joins`, computed by
@@ -53,6 +55,18 @@ mod ch {
         let (a, b) = s.join(|s| fib(s, n - 1), |s| fib(s, n - 2));
         a + b
     }
+
+    /// `fib` with every join through chili's frame.
+    pub fn fib_every_join(s: &mut Scope<'_>, n: u32) -> u64 {
+        if n < 2 {
+            return u64::from(n);
+        }
+        let (a, b) = s.join_with_heartbeat_every::<1, _, _, _, _>(
+            |s| fib_every_join(s, n - 1),
+            |s| fib_every_join(s, n - 2),
+        );
+        a + b
+    }
 }
 
 fn bench(c: &mut Criterion) {
@@ -69,6 +83,7 @@ fn bench(c: &mut Criterion) {
         assert_eq!(tp.install(|| tp::fib(n)), expect);
         assert_eq!(ry.install(|| ry::fib(n)), expect);
         assert_eq!(ch::fib(&mut ch.scope(), n), expect);
+        assert_eq!(ch::fib_every_join(&mut ch.scope(), n), expect);
 
         let mut g = c.benchmark_group(common::group_name(&format!("fib_{n}"), threads));
         if n >= 30 {
@@ -80,6 +95,9 @@ fn bench(c: &mut Criterion) {
         g.bench_function("rayon", |b| b.iter(|| ry.install(|| ry::fib(black_box(n)))));
         g.bench_function("chili", |b| {
             b.iter(|| ch::fib(&mut ch.scope(), black_box(n)))
+        });
+        g.bench_function("chili_every_join", |b| {
+            b.iter(|| ch::fib_every_join(&mut ch.scope(), black_box(n)))
         });
         if n == 25 {
             assert_eq!(tp1.install(|| tp::fib(n)), expect);

@@ -6,6 +6,11 @@
 //!
 //! Each group (`join_tree_<nodes>_t<threads>`) has:
 //! * `treepool`, `rayon`, `chili`: pools of `TREEPOOL_BENCH_THREADS` threads (default 2);
+//! * `chili_every_join`: the same chili pool, every join through chili's own frame
+//!   (`join_with_heartbeat_every::<1>`). chili's `join` is that path only once in 64 joins
+//!   while its thread's queue holds 3 frames or more; the others are plain calls, `b` then
+//!   `a`, whose `b` no thread can ever take. treepool and rayon offer every join's `b`, so this
+//!   is the comparison of the same mechanism (see `docs/benchmarks-notes.md`);
 //! * `treepool_1t`, `rayon_1t`, `chili_1t`: one-thread pools, for the per-join overhead
 //!   `(1-thread pool time − sequential time) / joins`, computed by `benches/report.sh`
 //!   (joins = nodes);
@@ -140,6 +145,15 @@ mod ch {
         );
         node.val + l + r
     }
+
+    /// `sum` with every join through chili's frame (see the module doc, `chili_every_join`).
+    pub fn sum_every_join(s: &mut Scope<'_>, node: &Node) -> u64 {
+        let (l, r) = s.join_with_heartbeat_every::<1, _, _, _, _>(
+            |s| node.left.as_deref().map_or(0, |n| sum_every_join(s, n)),
+            |s| node.right.as_deref().map_or(0, |n| sum_every_join(s, n)),
+        );
+        node.val + l + r
+    }
 }
 
 /// A treepool, a rayon and a chili pool of the same thread count.
@@ -163,12 +177,18 @@ impl Pools {
         assert_eq!(self.tp.install(|| tp::sum(t)), expect, "treepool");
         assert_eq!(self.ry.install(|| ry::sum(t)), expect, "rayon");
         assert_eq!(ch::sum(&mut self.ch.scope(), t), expect, "chili");
+        assert_eq!(
+            ch::sum_every_join(&mut self.ch.scope(), t),
+            expect,
+            "chili, every join"
+        );
     }
 
-    /// Adds `treepool<suffix>`, `rayon<suffix>` and `chili<suffix>` to `g`: each measured
-    /// iteration sums `t` `reps` times, timed inside one `install` (one chili scope) per sample,
-    /// so the install round-trip (waking a sleeping worker) is not charged to the joins;
-    /// `install_roundtrip` measures it on its own.
+    /// Adds `treepool<suffix>`, `rayon<suffix>` and `chili<suffix>` to `g`, and
+    /// `chili_every_join` where `suffix` is empty: each measured iteration sums `t` `reps`
+    /// times, timed inside one `install` (one chili scope) per sample, so the install
+    /// round-trip (waking a sleeping worker) is not charged to the joins; `install_roundtrip`
+    /// measures it on its own.
     fn bench(&self, g: &mut BenchmarkGroup<'_, WallTime>, suffix: &str, t: &Node, reps: u32) {
         g.bench_function(format!("treepool{suffix}"), |b| {
             b.iter_custom(|iters| {
@@ -188,6 +208,16 @@ impl Pools {
                 timed(iters, || repeat(reps, || ch::sum(&mut s, black_box(t))))
             })
         });
+        if suffix.is_empty() {
+            g.bench_function("chili_every_join", |b| {
+                b.iter_custom(|iters| {
+                    let mut s = self.ch.scope();
+                    timed(iters, || {
+                        repeat(reps, || ch::sum_every_join(&mut s, black_box(t)))
+                    })
+                })
+            });
+        }
     }
 }
 

@@ -229,9 +229,9 @@ def chili_table(title, target, groups):
     chili_limit)]; a limit of None = no target on that ratio."""
     w(f"## {title}\n")
     w(f"Target: {target}\n")
-    w("| workload | threads | treepool | rayon | chili | treepool/rayon | treepool/chili | "
-      "target vs rayon | target vs chili |")
-    w("|---|---:|---:|---:|---:|---:|---:|---|---|")
+    w("| workload | threads | treepool | rayon | chili | chili, every join² | treepool/rayon | "
+      "treepool/chili | treepool/chili, every join | target vs rayon | target vs chili |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
 
     def check(r, limit):
         return "—" if r is None or limit is None else f"≤ {limit:.2f}: {verdict(r <= limit)}"
@@ -239,11 +239,19 @@ def chili_table(title, target, groups):
     for t in threads:
         for label, base, ry_limit, ch_limit in groups:
             g = f"{base}_t{t}"
-            tp, ry, ch = (median_ns(g, f) for f in ("treepool", "rayon", "chili"))
-            rr, rc = ratio(tp, ry), ratio(tp, ch)
-            w(f"| {label} | {t} | {fmt_ns(tp)} | {fmt_ns(ry)} | {fmt_ns(ch)} | {fmt_ratio(rr)} | "
-              f"{fmt_ratio(rc)} | {check(rr, ry_limit)} | {check(rc, ch_limit)} |")
+            tp, ry, ch, che = (median_ns(g, f)
+                               for f in ("treepool", "rayon", "chili", "chili_every_join"))
+            rr, rc, rce = ratio(tp, ry), ratio(tp, ch), ratio(tp, che)
+            w(f"| {label} | {t} | {fmt_ns(tp)} | {fmt_ns(ry)} | {fmt_ns(ch)} | {fmt_ns(che)} | "
+              f"{fmt_ratio(rr)} | {fmt_ratio(rc)} | {fmt_ratio(rce)} | {check(rr, ry_limit)} | "
+              f"{check(rc, ch_limit)} |")
     w("")
+    w("² chili's `join` goes through its frame (the half a heartbeat can share) only once in 64 "
+      "joins while its thread's queue holds 3 frames or more, and runs the others as plain "
+      "calls, `b` then `a`, whose `b` no other thread can take; treepool's and rayon's every "
+      "join offers its `b`. *chili, every join* is the same pool with every join through the "
+      "frame (`join_with_heartbeat_every::<1>`): the comparison of the same mechanism "
+      "(docs/benchmarks-notes.md, \"What chili's join skips\").\n")
 
 
 def per_join_table(rows):
