@@ -29,8 +29,9 @@ use crossbeam_utils::CachePadded;
 use crate::base::sync::{fence, Arc, AtomicPtr, AtomicU64, Ordering};
 
 /// How many halves a worker keeps at most: the join nesting depth on one thread past which a
-/// `join` keeps its `b` nowhere (see `join_in_worker`). The slots are allocated zeroed, so a
-/// page of them is committed only once a thread nests that deep.
+/// `join` keeps its `b` nowhere (see `join_in_worker`). The slots are allocated and never
+/// written but by `push` ([`Slots`]), so a page of them is committed only once a thread nests
+/// that deep.
 #[cfg(not(loom))]
 pub const HALF_SLOTS: usize = 1 << 18;
 /// Under loom: enough for the models.
@@ -58,7 +59,7 @@ fn split_of(ends: u64) -> usize {
 /// The part of a worker's split stack that other threads see: the slots and the two shared
 /// ends.
 pub struct HalfStack {
-    slots: Box<[AtomicPtr<()>]>,
+    slots: Slots,
     /// `head` (high half) and `split` (low half), see the module doc.
     ends: CachePadded<AtomicU64>,
 }
@@ -79,7 +80,7 @@ impl HalfStack {
     /// An empty stack of [`HALF_SLOTS`] slots.
     pub fn new() -> Self {
         HalfStack {
-            slots: null_slots(),
+            slots: Slots::new(),
             ends: CachePadded::new(AtomicU64::new(0)),
         }
     }
@@ -103,9 +104,10 @@ impl HalfStack {
             Ordering::Acquire,
             Ordering::Relaxed,
         ) {
-            // Relaxed: the claim's acquire made the owner's store visible, and the owner
-            // rewrites the slot only after the half's joiner is done with it.
-            Ok(_) => Steal::Taken(head, self.slots[head].load(Ordering::Relaxed)),
+            // SAFETY: the claimed slot is below `split`, so the owner's `push` wrote it before
+            // the release that made it public, which the claim's acquire read; the owner
+            // rewrites it only after the half's joiner is done with it.
+            Ok(_) => Steal::Taken(head, unsafe { self.slots.get(head) }),
             Err(_) => Steal::Retry,
         }
     }
@@ -124,27 +126,103 @@ impl HalfStack {
     }
 }
 
-/// [`HALF_SLOTS`] null slots, from zeroed memory: the allocator maps it untouched, and the
-/// pages a thread never nests into are never committed.
-#[cfg(not(loom))]
-fn null_slots() -> Box<[AtomicPtr<()>]> {
-    let layout = std::alloc::Layout::array::<AtomicPtr<()>>(HALF_SLOTS).expect("a small array");
-    // SAFETY: the layout has a non-zero size.
-    let memory = unsafe { std::alloc::alloc_zeroed(layout) } as *mut AtomicPtr<()>;
-    if memory.is_null() {
-        std::alloc::handle_alloc_error(layout);
-    }
-    // SAFETY: the memory holds `HALF_SLOTS` zeroed `AtomicPtr`s (all-zero bits are a null
-    // pointer), allocated by the global allocator with the layout a boxed slice of them has.
-    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(memory, HALF_SLOTS)) }
+/// The slots of one split stack, [`HALF_SLOTS`] addresses. The memory is allocated and left as
+/// the allocator gives it: only [`HalfOwner::push`] writes a slot, so the pages a thread never
+/// nests into are never committed. (Zeroed memory would be written by the allocator whenever it
+/// recycles memory a freed pool used: 2 MiB a worker, tests/threads/memory.rs.) Every read is
+/// of a slot a push wrote before it: the owner reads its own, a taker the one it claimed.
+struct Slots {
+    first: *mut AtomicPtr<()>,
 }
 
-/// Under loom: loom's atomics are not plain memory.
-#[cfg(loom)]
-fn null_slots() -> Box<[AtomicPtr<()>]> {
-    (0..HALF_SLOTS)
-        .map(|_| AtomicPtr::new(std::ptr::null_mut()))
-        .collect()
+// SAFETY: `Slots` owns its allocation, whose slots are atomics (written before any other thread
+// reads them, and read only through `Slots::get`), so sharing or sending it is sharing atomics.
+unsafe impl Send for Slots {}
+// SAFETY: as above.
+unsafe impl Sync for Slots {}
+
+impl Slots {
+    fn layout() -> std::alloc::Layout {
+        std::alloc::Layout::array::<AtomicPtr<()>>(HALF_SLOTS).expect("a small array")
+    }
+
+    #[cfg(not(loom))]
+    fn new() -> Self {
+        let layout = Self::layout();
+        // SAFETY: the layout has a non-zero size.
+        let first = unsafe { std::alloc::alloc(layout) } as *mut AtomicPtr<()>;
+        if first.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Slots { first }
+    }
+
+    /// Under loom: loom's atomics are not plain memory, so each one is made (and dropped) as
+    /// a value.
+    #[cfg(loom)]
+    fn new() -> Self {
+        let slots: Box<[AtomicPtr<()>]> = (0..HALF_SLOTS)
+            .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+            .collect();
+        Slots {
+            first: Box::into_raw(slots) as *mut AtomicPtr<()>,
+        }
+    }
+
+    /// The first slot's address, for the owner's writes ([`write_slot`]).
+    fn as_ptr(&self) -> *mut AtomicPtr<()> {
+        self.first
+    }
+
+    /// The half in `slot`.
+    ///
+    /// # Safety
+    /// `slot < HALF_SLOTS`, and a push wrote it, which happens before this read.
+    #[inline]
+    unsafe fn get(&self, slot: usize) -> *const () {
+        // SAFETY: in the allocation, and written (the caller's contract).
+        let cell = unsafe { &*self.first.add(slot) };
+        // Relaxed: the caller's contract orders the write before this read.
+        cell.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Slots {
+    #[cfg(not(loom))]
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout; the slots need no drop.
+        unsafe { std::alloc::dealloc(self.first as *mut u8, Self::layout()) }
+    }
+
+    #[cfg(loom)]
+    fn drop(&mut self) {
+        // SAFETY: made in `new` by `Box::into_raw` of a boxed slice of `HALF_SLOTS`.
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.first, HALF_SLOTS)) });
+    }
+}
+
+/// Writes `half` into the slot at `cell`, which may never have been written.
+///
+/// # Safety
+/// `cell` is a slot of the owner's stack that no other thread reads until a release of the
+/// owner's that follows this write (a promotion), as every taker's read is (module doc).
+#[inline(always)]
+unsafe fn write_slot(cell: *mut AtomicPtr<()>, half: *const ()) {
+    // A plain write, as the memory may hold no value yet: the caller's contract orders it
+    // before every read of another thread.
+    #[cfg(not(loom))]
+    // SAFETY: in the allocation (the caller's contract); the write makes the slot a value.
+    unsafe {
+        cell.write(AtomicPtr::new(half as *mut ()))
+    };
+    // Under loom the slots are loom's atomics, made in `Slots::new`: a store lets the model
+    // check that order.
+    // Relaxed: as above.
+    #[cfg(loom)]
+    // SAFETY: in the allocation (the caller's contract), made in `Slots::new`.
+    unsafe {
+        (*cell).store(half as *mut (), Ordering::Relaxed)
+    };
 }
 
 impl Default for HalfStack {
@@ -185,7 +263,7 @@ pub struct HalfOwner {
     stack: Arc<HalfStack>,
     /// `stack.slots`, its address and length copied here: a `push` reads them without going
     /// through the `Arc` (the length is 0 after [`HalfOwner::push_out_of_line`]).
-    slots: *const AtomicPtr<()>,
+    slots: *mut AtomicPtr<()>,
     capacity: usize,
     /// The first free slot.
     top: Cell<usize>,
@@ -198,7 +276,7 @@ impl HalfOwner {
     pub fn new(stack: Arc<HalfStack>) -> Self {
         HalfOwner {
             slots: stack.slots.as_ptr(),
-            capacity: stack.slots.len(),
+            capacity: HALF_SLOTS,
             stack,
             top: Cell::new(0),
             split: Cell::new(0),
@@ -222,7 +300,7 @@ impl HalfOwner {
     /// [`HalfOwner::push`], whatever [`HalfOwner::push_out_of_line`] said.
     #[inline]
     pub fn push_any(&self, half: *const ()) -> Option<usize> {
-        self.push_below(half, self.stack.slots.len())
+        self.push_below(half, HALF_SLOTS)
     }
 
     #[inline(always)]
@@ -232,11 +310,10 @@ impl HalfOwner {
         if slot >= capacity {
             return None;
         }
-        // SAFETY: `slot < capacity <= stack.slots.len()`, in the slots that `stack`, held here,
-        // keeps alive.
-        let cell = unsafe { &*self.slots.add(slot) };
-        // Relaxed: no taker reads the slot before `promote`'s release makes it public.
-        cell.store(half as *mut (), Ordering::Relaxed);
+        // SAFETY: `slot < capacity <= HALF_SLOTS`, in the slots that `stack`, held here, keeps
+        // alive; no taker reads the slot before `promote`'s release makes it public, and no
+        // taker of an earlier half in it reads it any more (the slot was freed).
+        unsafe { write_slot(self.slots.add(slot), half) };
         self.top.set(slot + 1);
         Some(slot)
     }
@@ -376,8 +453,9 @@ impl HalfOwner {
     /// The half in `slot` (below `top`).
     #[inline]
     pub fn get(&self, slot: usize) -> *const () {
-        // Relaxed: the owner's own write.
-        self.stack.slots[slot].load(Ordering::Relaxed)
+        debug_assert!(slot < self.top.get());
+        // SAFETY: below `top`, so this thread's `push` wrote it.
+        unsafe { self.stack.slots.get(slot) }
     }
 
     /// Claims the oldest public half as any taker would ([`HalfStack::steal`]).

@@ -9,4 +9,5 @@ mod environment;
 mod global;
 mod handlers;
 mod idle;
+mod memory;
 mod use_current_thread;
