@@ -178,7 +178,9 @@ w("Regenerate this part of the file with `benches/report.sh` (it runs every benc
   "`nproc`), `TREEPOOL_BENCH_CAPS=1,2,4,8,16,64` the `max_inflight` sweep. "
   "Single workloads: `cargo bench --bench <name>` with `join_tree`, `fib`, `quicksort`, "
   "`scope_fanout`, `indexer`, `producer`, `idle`, `deep`, `install_latency`; the thread count comes from "
-  "`TREEPOOL_BENCH_THREADS` (default 2). See the header of `benches/report.sh` for every knob.\n")
+  "`TREEPOOL_BENCH_THREADS` (default 2). `spawn_shapes` (issue 27's spawn shapes, 1 and 2 "
+  "threads in one process) is run by `benches/spawn_shapes.sh`, which writes its own section, "
+  "\"Spawn shapes side by side\". See the header of `benches/report.sh` for every knob.\n")
 w("Times are criterion medians (`target/criterion/<group>/<function>/new/estimates.json`). The "
   "treepool and rayon pools have the same number of workers, are built once per group and "
   "run the work through `pool.install`. Sections 1 and 2 also show chili (a heartbeat-scheduled "
