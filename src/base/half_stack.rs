@@ -215,9 +215,8 @@ unsafe fn write_slot(cell: *mut AtomicPtr<()>, half: *const ()) {
     unsafe {
         cell.write(AtomicPtr::new(half as *mut ()))
     };
-    // Under loom the slots are loom's atomics, made in `Slots::new`: a store lets the model
-    // check that order.
-    // Relaxed: as above.
+    // Under loom the slots are loom's atomics, made in `Slots::new`, and a store lets the model
+    // check that order. Relaxed: the caller's contract, as above.
     #[cfg(loom)]
     // SAFETY: in the allocation (the caller's contract), made in `Slots::new`.
     unsafe {

@@ -9,5 +9,7 @@ mod environment;
 mod global;
 mod handlers;
 mod idle;
+// Reads `/proc/self/status` and sets a Linux paging policy.
+#[cfg(target_os = "linux")]
 mod memory;
 mod use_current_thread;

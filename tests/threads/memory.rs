@@ -33,7 +33,6 @@ const WORKERS: usize = 64;
 const BOUND: usize = 16 << 20;
 
 #[test]
-#[cfg(target_os = "linux")]
 fn building_a_pool_commits_no_slots_for_joins_not_made() {
     common::isolated!(120, || {
         // No transparent huge pages in this child: where they are enabled "always", the kernel
