@@ -5,7 +5,7 @@
 //! ideal is `ceil(leaves / threads)` leaf times. Each group
 //! (`blocking_<shape>_<leaves>_t<threads>`) times `treepool` and `rayon` pools of the same size
 //! in one process, through one `pool.install` per iteration; treepool at the builder's default
-//! `max_inflight` (two tokens a thread).
+//! `max_inflight` (`DEFAULT_TOKENS_PER_THREAD` tokens a thread).
 //!
 //! Shapes, each leaf sleeping [`LEAF`]:
 //! * `join`: a binary `join` tree with a leaf at every bottom node (2^5 and 2^7 leaves), the

@@ -802,7 +802,8 @@ fn pool_size(stderr: &str) -> (u64, u64) {
 
 /// The defaults of issue 20: one thread per core but at least 16, so that a
 /// walk over a cold page cache keeps reads in flight (a worker blocked in
-/// `read` hashes nothing), and the pool's default cap of 2 tokens per thread.
+/// `read` hashes nothing), and the pool's default cap of
+/// `treepool::DEFAULT_TOKENS_PER_THREAD` tokens per thread.
 /// `--threads` (0 = one per core), `--max-inflight` and TREEPOOL_NUM_THREADS
 /// still decide when given, the rayon engine gets the same count, and none of
 /// it changes a byte of the output or breaks B1/B2.
@@ -813,15 +814,16 @@ fn default_threads_are_at_least_16_and_the_flags_still_decide() {
     let want = expected(tmp.path(), &[b"tree"]);
     let cores = std::thread::available_parallelism().unwrap().get() as u64;
     let wide = cores.max(16);
+    let per = treepool::DEFAULT_TOKENS_PER_THREAD as u64;
     // (flags, TREEPOOL_NUM_THREADS, the pool's (threads, max_inflight))
     type Case<'a> = (&'a [&'a str], Option<&'a str>, (u64, u64));
     let cases: [Case; 6] = [
-        (&[], None, (wide, 2 * wide)),
-        (&["--threads", "3"], None, (3, 6)),
-        (&["--threads", "0"], None, (cores, 2 * cores)),
+        (&[], None, (wide, per * wide)),
+        (&["--threads", "3"], None, (3, 3 * per)),
+        (&["--threads", "0"], None, (cores, per * cores)),
         (&["--threads", "3", "--max-inflight", "5"], None, (3, 5)),
-        (&[], Some("5"), (5, 10)),
-        (&["--threads", "2"], Some("5"), (2, 4)),
+        (&[], Some("5"), (5, 5 * per)),
+        (&["--threads", "2"], Some("5"), (2, 2 * per)),
     ];
     for (flags, env, size) in cases {
         let mut args: Vec<&OsStr> = flags.iter().map(OsStr::new).collect();

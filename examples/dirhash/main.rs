@@ -11,7 +11,7 @@
 //!   --threads N           worker threads (0 = one per core; default: one per
 //!                         core but at least 16, see "Cold cache")
 //!   --max-inflight N      admission tokens of the pool (default: the pool's
-//!                         default, 2 per thread)
+//!                         default, 4 per thread)
 //!   --piece-size BYTES    split granularity and read-buffer size (default 1 MiB;
 //!                         suffixes K, M, G are accepted; at least 1024)
 //!   --check FILE          verify a b3sum-format list (FILE `-` is stdin), like `b3sum --check`
@@ -54,7 +54,7 @@
 //! most two reads in flight and the disk is mostly idle. So, unless `--threads` says
 //! otherwise, dirhash runs **one worker per core, but at least 16**
 //! (`cli::MIN_DEFAULT_THREADS`; `TREEPOOL_NUM_THREADS` still overrides it), and
-//! the pool's default cap of 2 tokens per thread. On a machine with 16 cores or
+//! the pool's default cap of 4 tokens per thread. On a machine with 16 cores or
 //! more that is the old default; below it, the extra threads cost a warm run
 //! nothing measurable (they block or hash; the kernel shares the cores), and
 //! they keep up to 16 reads in flight on a cold one.
@@ -114,8 +114,8 @@
 //! flight (the treepool contract, invariant B2), so even a job that held its
 //! buffer across pool calls would stay within `piece_size × max_inflight ×
 //! levels`; with this code the tighter `piece_size × threads` holds. With the
-//! defaults on a machine of up to 16 cores (16 threads, `max_inflight` 32,
-//! 1 MiB pieces) the read buffers take at most 1 MiB × min(16, 32 × levels) =
+//! defaults on a machine of up to 16 cores (16 threads, `max_inflight` 64,
+//! 1 MiB pieces) the read buffers take at most 1 MiB × min(16, 64 × levels) =
 //! 16 MiB, so a 192 MB file is hashed well under 100 MB of RSS (the
 //! `bounded_rss_192mb_file` test checks it: about 20 MB with the defaults, in
 //! a debug build; `--stats` prints this bound for the run). With `--mmap` the mapped

@@ -70,7 +70,7 @@ pub(crate) struct Args {
     #[arg(short = 'q', long = "quiet")]
     pub(crate) quiet: bool,
 
-    /// Blocks read but not yet written, at most [default: the pool's: 2 x its max_inflight]
+    /// Blocks read but not yet written, at most [default: 4 a worker]
     #[arg(long, value_name = "N", hide = true,
           value_parser = clap::value_parser!(u64).range(1..=65536))]
     pub(crate) window: Option<u64>,

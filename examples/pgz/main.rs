@@ -41,8 +41,8 @@
 //! [`Finished`], until the next block is done). The blocks go through
 //! `Scope::try_map_ordered`, which hands the compressed
 //! blocks back in input order, pulls the input only as fast as the window of
-//! blocks allows (hidden `--window N`; default twice the pool's
-//! `max_inflight`), and ends at the first error (a read error of the input, or
+//! blocks allows (hidden `--window N`; default [`BLOCKS_PER_WORKER`] blocks
+//! a worker), and ends at the first error (a read error of the input, or
 //! of the compressor), dropping the blocks not yet started; the writer
 //! combines the CRCs as the blocks come back, in order.
 //!
@@ -73,7 +73,7 @@
 //! recycled ([`codec::Recycler`]): a block takes a buffer given back by an
 //! earlier one, so they are allocated, mapped and touched once, and their
 //! number never exceeds what was in use at once. With `W` the window (by
-//! default twice the pool's `max_inflight`, i.e. 4 blocks per thread):
+//! default [`BLOCKS_PER_WORKER`], 4, blocks a worker):
 //!
 //! ```text
 //! peak RSS ≤ 4 MiB + (W + p + 2) × (B + 32 KiB) + (p + 1) × 512 KiB
@@ -135,6 +135,12 @@ use crate::output::{AtomicFile, Stdout};
 
 /// The program's name in messages.
 const NAME: &str = "pgz";
+
+/// The window's default, in blocks a worker (blocks read and not yet written). pgz was
+/// measured with it (docs/benchmarks-notes.md, "CPU pipelines") when it was also the ordered
+/// stream's own default (twice the pool's `max_inflight`, then 2 tokens a thread); the pool's
+/// default cap is sized for trees, pgz's window for its memory bound.
+const BLOCKS_PER_WORKER: u64 = 4;
 
 /// `e` with `what` before its message (`what: e`), keeping its kind; an OS
 /// error's message loses its `(os error N)` suffix.
@@ -364,7 +370,8 @@ impl Job<'_> {
             .map(|b| b.map_err(|e| ctx(e, format_args!("{name}: read error"))))
             .inspect(|_| pulled.set(pulled.get() + 1))
             .enumerate();
-        let window = self.args.window;
+        let workers = self.pool.current_num_threads() as u64;
+        let window = self.args.window.unwrap_or(BLOCKS_PER_WORKER * workers);
         self.pool.in_place_scope(|s| -> io::Result<()> {
             // Blocks are read on this thread as the window allows, compressed
             // on the workers, and handed back here in input order; the first
@@ -373,9 +380,7 @@ impl Job<'_> {
                 let _finished = finished.on_drop(i);
                 codec::compress(b?, level, &buffers, &states)
             });
-            if let Some(w) = window {
-                compressed = compressed.window(w as usize);
-            }
+            compressed = compressed.window(window as usize);
             for i in 0.. {
                 if i < pulled.get() {
                     finished.wait(i);

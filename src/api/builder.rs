@@ -51,10 +51,13 @@ pub const MAX_INFLIGHT_ENV: &str = "TREEPOOL_MAX_INFLIGHT";
 
 /// Tokens per worker thread when `max_inflight` is not set.
 ///
-/// Chosen from the `max_inflight` sweep in `docs/benchmarks.md`: with 2 tokens per thread the
-/// seed's indexer and the producer loop ran as fast as with 4, 8 or 16 (1 per thread was a
-/// third slower on the indexer), and the memory held grows linearly with the cap.
-pub const DEFAULT_TOKENS_PER_THREAD: usize = 2;
+/// Chosen from the `max_inflight` sweep in `docs/benchmarks-notes.md` ("The default
+/// `max_inflight`"): the seed's indexer and the producer loop run as fast with 2 tokens a thread
+/// as with more, but a search that spawns from inside spawns (rayon-demo's TSP) leaves a worker
+/// asleep while every token sits in a frame buried on another worker's stack: 1.08× rayon's
+/// time at 2 a thread, 0.96× at 4. The memory a spawning loop holds grows linearly with the
+/// cap (the producer loop: 0.5 MiB at 2 a thread, 0.9 MiB at 4, rayon about 30 MiB).
+pub const DEFAULT_TOKENS_PER_THREAD: usize = 4;
 
 /// The most worker threads a pool has: more, asked of [`ThreadPoolBuilder::num_threads`] or
 /// through rayon's variables, are reduced to this (more in `TREEPOOL_NUM_THREADS` are an

@@ -107,7 +107,10 @@ fn huge_num_threads(n: usize) {
         .expect("build must not panic")
         .expect("a clamped pool");
     assert_eq!(pool.current_num_threads(), treepool::max_num_threads());
-    assert_eq!(pool.max_inflight(), 2 * treepool::max_num_threads());
+    assert_eq!(
+        pool.max_inflight(),
+        treepool::DEFAULT_TOKENS_PER_THREAD * treepool::max_num_threads()
+    );
     assert_eq!(started.into_inner(), treepool::max_num_threads());
 }
 
