@@ -91,8 +91,7 @@ pub struct Stats {
     /// Join halves made visible to thieves: a `join`'s `b` stays private to its joiner's thread
     /// until another worker wants work (it asks that thread, or it is idle: while any worker is
     /// idle every `join` promotes), and that thread then makes its oldest private half public,
-    /// where it lies. The first `join` of a stolen half that ran 10 µs or more before it
-    /// promotes too. An un-promoted half is run inline by its joiner and counted nowhere.
+    /// where it lies. An un-promoted half is run inline by its joiner and counted nowhere.
     pub promotions: u64,
     /// Jobs started on a stack segment: every job starts with at least half of its worker's
     /// stack free, and a job that a thread would start above frames taking more than that (its

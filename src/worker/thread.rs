@@ -8,7 +8,6 @@
 
 use std::cell::Cell;
 use std::ptr;
-use std::time::{Duration, Instant};
 
 use crossbeam_deque::{Steal, Worker};
 
@@ -29,14 +28,6 @@ use crate::worker::sleep::Sleep;
 std::thread_local! {
     static WORKER: Cell<*const WorkerThread> = const { Cell::new(ptr::null()) };
 }
-
-/// How long a join half that a worker stole must run before its first `join` for that join to
-/// publish its half at once, whether or not another worker is idle (throughput policy
-/// LongStolenHalfPublishes, [`WorkerThread::idle_at_join`]). Far above a fine-grained tree's gap (its
-/// halves join within a microsecond), far below a quicksort's partition of thousands of items.
-/// Tuned on: rayon-demo's quicksorts, fib(32) and 200 tiny join trees on 2 threads
-/// (docs/benchmarks-notes.md, "A stolen half's first half public").
-const LONG_BEFORE_JOIN: Duration = Duration::from_micros(10);
 
 /// A worker thread's own state, reachable from its thread-local.
 pub struct WorkerThread {
@@ -65,10 +56,6 @@ pub struct WorkerThread {
     /// Whether this worker is counted in its pool's idle count (`Sleep::idle`): from a wait
     /// round that found no work of its own until the job it then runs joins, or the wait ends.
     pub(super) counted_idle: Cell<bool>,
-    /// When the join half this worker stole and runs now began to run, until its first `join`
-    /// reads it, the worker leaves the idle count, or the half returns: see
-    /// [`WorkerThread::idle_at_join`].
-    pub(super) stolen_half_started: Cell<Option<Instant>>,
     /// State of the xorshift generator that picks the first victim to steal from.
     pub(super) rng: Cell<u64>,
     /// The level of the job this thread last finished outermost, if it was a spawned job.
@@ -256,23 +243,11 @@ impl WorkerThread {
     /// own, work another one could take, so it is busy; then, if another worker is idle,
     /// promotes its oldest private half (it may be the one just kept; whether one was
     /// promoted does not matter here: the joiner runs `a` either way).
-    ///
-    /// Throughput policy **LongStolenHalfPublishes**: the first join of a join half this worker stole
-    /// (`stolen_half_started`; a thief stays counted idle until then) promotes the oldest private half
-    /// even while no other worker is idle, if the stolen half ran `LONG_BEFORE_JOIN` or more
-    /// before it. Such a half is coarse (a partition before the split, as in a quicksort), and
-    /// so are the stretches between its later joins: kept private, its `b` would wait for the
-    /// next of them when another worker runs dry meanwhile, where rayon's thief takes it at
-    /// once. A half that joins at once (a fine-grained tree) keeps its `b` private, as before.
-    /// At most one promotion a steal.
     #[cold]
     #[inline(never)]
     pub fn idle_at_join(&self) {
-        let started = self.stolen_half_started.take();
         self.count_busy();
-        if !self.serve_idle() && started.is_some_and(|at| at.elapsed() >= LONG_BEFORE_JOIN) {
-            let _ = self.promote_oldest();
-        }
+        let _ = self.serve_idle();
     }
 
     /// Makes every private half up to the one in `slot` public at once, and announces it
@@ -332,7 +307,6 @@ impl WorkerThread {
     #[cold]
     fn leave_idle(&self) {
         self.counted_idle.set(false);
-        self.stolen_half_started.set(None);
         // SAFETY: as in `count_idle`.
         unsafe { &*self.sleep }.not_idle();
     }
@@ -534,7 +508,7 @@ impl WorkerThread {
             .pop()
             .or_else(|| self.take_pinned())
             .or_else(|| self.steal_injected())
-            .or_else(|| self.steal_from_others().map(|(job, ..)| job))
+            .or_else(|| self.steal_from_others().map(|(job, _)| job))
     }
 
     pub(super) fn steal_injected(&self) -> Option<JobRef> {
@@ -548,8 +522,8 @@ impl WorkerThread {
     }
 
     /// Steals another worker's oldest public join half, else the oldest job of its deque, from
-    /// a random start; returns it with the victim's index and whether it is a join half.
-    pub(super) fn steal_from_others(&self) -> Option<(JobRef, usize, bool)> {
+    /// a random start; returns it with the victim's index.
+    pub(super) fn steal_from_others(&self) -> Option<(JobRef, usize)> {
         let stealers = &self.registry.stealers;
         let n = stealers.len();
         if n <= 1 {
@@ -565,7 +539,7 @@ impl WorkerThread {
                         self.trace_steal(victim);
                         // SAFETY: claimed here; alive until its joiner has its result.
                         let job = unsafe { Half::as_taken_job(Half::claimed_from(half, victim)) };
-                        return Some((job, victim, true));
+                        return Some((job, victim));
                     }
                     HalfSteal::Retry => retry = true,
                     HalfSteal::Empty => {}
@@ -574,7 +548,7 @@ impl WorkerThread {
                     Steal::Success(job) => {
                         self.bump(Counter::Steals);
                         self.trace_steal(victim);
-                        return Some((job, victim, false));
+                        return Some((job, victim));
                     }
                     Steal::Retry => retry = true,
                     Steal::Empty => {}
@@ -631,7 +605,6 @@ impl WorkerThread {
             calls_out: Cell::new(ptr::null()),
             sleep,
             counted_idle: Cell::new(false),
-            stolen_half_started: Cell::new(None),
             rng: Cell::new(
                 0x9E37_79B9_7F4A_7C15 ^ (seed.index as u64 + 1).wrapping_mul(0xA24B_AED4),
             ),

@@ -158,14 +158,13 @@ impl WorkerThread {
         if local.is_none() {
             self.count_idle();
         }
-        // Stolen: with the victim's index, and whether it is a join half.
-        let found = local.map(|job| (job, None)).or_else(|| {
-            self.steal_from_others()
-                .map(|(job, v, half)| (job, Some((v, half))))
-        });
+        // With the index of the worker it was stolen from, if it was.
+        let found = local
+            .map(|job| (job, None))
+            .or_else(|| self.steal_from_others().map(|(job, v)| (job, Some(v))));
         crate::base::chaos::point();
         match found {
-            Some((job, Some((victim, half)))) => self.run_stolen(job, victim, half, pacing),
+            Some((job, Some(victim))) => self.run_stolen(job, victim, pacing),
             Some((job, None)) => {
                 self.count_busy();
                 // SAFETY: jobs in the queues are alive and run once, on a worker of their pool.
@@ -231,25 +230,16 @@ impl WorkerThread {
         }
     }
 
-    /// Runs a job stolen from worker `victim` (a public half if `half`, else a job of its
-    /// deque), then pauses for `STEAL_BACKOFF` if `pacing` says the job was not worth moving
-    /// (see `pacing`).
-    pub(super) fn run_stolen(&self, job: JobRef, victim: usize, half: bool, pacing: &mut Pacing) {
+    /// Runs a job stolen from worker `victim` (a public half, or a job of its deque), then pauses for `STEAL_BACKOFF` if
+    /// `pacing` says the job was not worth moving (see `pacing`).
+    pub(super) fn run_stolen(&self, job: JobRef, victim: usize, pacing: &mut Pacing) {
         let victim_queue = || self.registry.stealers[victim].len();
-        // A stolen half's start is read for its first join (LongStolenHalfPublishes,
-        // `idle_at_join`); a spawned job's only for pacing, which reads the clock no more often
-        // than it must.
-        let timed = pacing.wants_run_time(victim_queue);
-        let start = (timed || half).then(Instant::now);
+        let start = pacing.wants_run_time(victim_queue).then(Instant::now);
         // A join half declined runs nothing here: no level is left from an earlier job.
         self.spawned_level.set(None);
-        // Read by the half's first join only: an outer stolen half that has not joined yet
-        // loses its start (its first join then keeps its `b` private, as without the policy).
-        self.stolen_half_started.set(start.filter(|_| half));
         // SAFETY: jobs in the queues are alive and run once, on a worker of their pool.
         unsafe { job.run() };
-        self.stolen_half_started.set(None);
-        let ran = start.filter(|_| timed).map(|start| start.elapsed());
+        let ran = start.map(|start| start.elapsed());
         if pacing.after_steal(ran, self.spawned_level.get(), victim_queue) {
             let until = Instant::now() + STEAL_BACKOFF;
             while Instant::now() < until {

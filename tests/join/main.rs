@@ -7,7 +7,6 @@ mod common;
 mod basics;
 mod context_and_yield;
 mod context_take_back;
-mod first_half_of_a_long_stolen_job;
 mod halves_for_an_idle_worker_after_its_first;
 mod halves_run_by_waits;
 mod lazy;
