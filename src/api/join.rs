@@ -177,7 +177,8 @@ where
 {
     if back != Back::Taken {
         // Taken back from the public part, or the thread's bottom half: whatever else the
-        // thread has is public or claimed. (Not at every `Back::Last`: while a worker is idle
+        // thread has is public or claimed, and it may be its last unclaimed half (which
+        // `runs_its_last_half` checks). (Not at every `Back::Last`: while a worker is idle
         // nearly every join's half is its thread's last private one, and counting in and out of
         // the idle count at each made a 1,023-node tree sum on 2 threads 5 times slower.)
         if back == Back::Retracted || slot == 0 {

@@ -473,4 +473,11 @@ impl HalfOwner {
     pub fn has_private(&self) -> bool {
         self.split.get() < self.top.get()
     }
+
+    /// Whether any half no taker has claimed is left: a private one, or a public one (the owner
+    /// takes each back when its joiner is done with `a`, unless a taker claims it first).
+    #[inline]
+    pub fn has_unclaimed(&self) -> bool {
+        self.first_unclaimed() < self.top.get()
+    }
 }

@@ -275,11 +275,18 @@ impl WorkerThread {
     }
 
     /// The worker is about to run a join's `b` inline (its last private half, or taken back from
-    /// the public part): if no private half and no job in its deque is left, that half is all
-    /// the work it has, so it counts as idle (`count_idle`) from now until the half joins. A half that joins at once
+    /// the public part): if no other half of its own is unclaimed (private, or public with no
+    /// taker yet) and no job in its deque is left, that half is all the work it has, so it
+    /// counts as idle (`count_idle`) from now until the half joins. A half that joins at once
     /// (most of a fine-grained tree's) leaves the count again at once; one that runs long
     /// without joining (a coarse leaf) has other workers publish their halves meanwhile, so
     /// that this worker finds one when it runs dry.
+    ///
+    /// An unclaimed public half below is work of its own: this thread takes it back when its
+    /// frame returns, unless a thief has claimed it first, so it is not about to run dry.
+    /// Counted idle there, it made the other workers promote at every `join` while all were
+    /// busy, and those halves came back retracted, which counted their threads idle in turn
+    /// (docs/benchmarks-notes.md, "A last half is the last unclaimed one").
     #[inline]
     pub fn runs_its_last_half(&self) {
         if !self.counted_idle.get() {
@@ -290,7 +297,7 @@ impl WorkerThread {
     #[cold]
     #[inline(never)]
     fn count_idle_if_out_of_work(&self) {
-        if !self.halves.has_private() && self.deque.is_empty() {
+        if !self.halves.has_unclaimed() && self.deque.is_empty() {
             self.count_idle();
         }
     }

@@ -9,6 +9,7 @@ mod context_and_yield;
 mod context_take_back;
 mod halves_for_an_idle_worker_after_its_first;
 mod halves_run_by_waits;
+mod last_unclaimed_half_counts_idle;
 mod lazy;
 mod split_stack_edges;
 mod spreading;
