@@ -108,9 +108,10 @@ pub struct Stats {
     /// growth during the call) equal the spawns made.
     pub cancelled: u64,
     /// Workers that found no work of their own and look for some now, asleep or not (a thief
-    /// counts until the job it stole makes a `join`), and workers running the last join half
-    /// of their own that no thief could still claim, until it makes a `join`. While it is not
-    /// zero, every `join` gives out a private half (see [`Stats::promotions`]).
+    /// counts until the job it stole makes a `join`), and workers that started a join half of
+    /// their own inline with no other half of theirs unclaimed and their deque empty, until
+    /// that half makes a `join` (looked at once, as the half starts). While it is not zero,
+    /// every `join` gives out a private half (see [`Stats::promotions`]).
     pub idle_workers: usize,
 }
 

@@ -70,3 +70,67 @@ fn a_public_half_left_below_keeps_its_worker_out_of_the_idle_count() {
         });
     }
 }
+
+/// What the rule gives up, and the call that does not need it. W1 runs a half taken back from
+/// the public part with another public half of its own unclaimed below, so it is busy, not
+/// counted idle; meanwhile W2 joins, and its `a` waits until its `b` has run. A plain `join`
+/// there keeps `b` private (a join made while every other worker is busy: design §6), and
+/// hangs; the old rule happened to count W1 idle and finished it (found by the adversarial
+/// review of the rule). `join_context` publishes `b` at once, so W1 takes it when it runs dry.
+#[test]
+fn a_join_context_made_while_the_other_worker_runs_a_half_above_a_public_one_finishes() {
+    for _ in 0..10 {
+        watchdog(20, || {
+            let pool = pool(2, 4);
+            let r_started = AtomicBool::new(false);
+            let go = AtomicBool::new(false);
+            let w2_in_a = AtomicBool::new(false);
+            let b_ran = AtomicBool::new(false);
+            let b_thread = AtomicUsize::new(usize::MAX);
+            let w1 = pool.install(|| {
+                treepool::join_context(
+                    |_| {
+                        spin_until(|| r_started.load(Ordering::SeqCst));
+                        // W2 is a thief that has not joined yet (counted idle): both `b`s
+                        // are promoted; the inner one comes back retracted over the outer.
+                        treepool::join(
+                            || {
+                                treepool::join(
+                                    || (),
+                                    || {
+                                        go.store(true, Ordering::SeqCst);
+                                        spin_until(|| w2_in_a.load(Ordering::SeqCst));
+                                    },
+                                )
+                            },
+                            || (),
+                        );
+                        treepool::current_thread_index()
+                    },
+                    |_| {
+                        r_started.store(true, Ordering::SeqCst);
+                        spin_until(|| go.load(Ordering::SeqCst));
+                        treepool::join_context(
+                            |_| {
+                                w2_in_a.store(true, Ordering::SeqCst);
+                                spin_until(|| b_ran.load(Ordering::SeqCst));
+                            },
+                            |_| {
+                                b_thread.store(
+                                    treepool::current_thread_index().unwrap_or(usize::MAX),
+                                    Ordering::SeqCst,
+                                );
+                                b_ran.store(true, Ordering::SeqCst);
+                            },
+                        );
+                    },
+                )
+            });
+            assert_eq!(
+                Some(b_thread.load(Ordering::SeqCst)),
+                w1.0,
+                "the `b` W2's `a` waited for ran on W1, once W1 ran dry"
+            );
+        });
+    }
+}
