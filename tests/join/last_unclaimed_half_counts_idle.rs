@@ -2,8 +2,8 @@
 //! idle only when no other half of its own is unclaimed, private or public. A public half that
 //! no thief has claimed comes back to its thread when its frame returns, so a thread that has
 //! one is not about to run dry. Counted idle there, it made the other workers promote at every
-//! `join` while all of them were busy (200 sums of a 512-leaf tree on 2 threads ran about a
-//! third slower: docs/benchmarks-notes.md, "A last half is the last unclaimed one"; issue 41).
+//! `join` while all of them were busy (200 sums of a 512-leaf tree on 2 threads took about 1.4
+//! times as long: docs/benchmarks-notes.md, "A last half is the last unclaimed one"; issue 41).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -87,7 +87,7 @@ fn a_join_context_made_while_the_other_worker_runs_a_half_above_a_public_one_fin
             let w2_in_a = AtomicBool::new(false);
             let b_ran = AtomicBool::new(false);
             let b_thread = AtomicUsize::new(usize::MAX);
-            let w1 = pool.install(|| {
+            let (w1, ()) = pool.install(|| {
                 treepool::join_context(
                     |_| {
                         spin_until(|| r_started.load(Ordering::SeqCst));
@@ -128,7 +128,7 @@ fn a_join_context_made_while_the_other_worker_runs_a_half_above_a_public_one_fin
             });
             assert_eq!(
                 Some(b_thread.load(Ordering::SeqCst)),
-                w1.0,
+                w1,
                 "the `b` W2's `a` waited for ran on W1, once W1 ran dry"
             );
         });
